@@ -1,0 +1,52 @@
+# gpudra — see README.md. `make demo` runs the main job, `make test` the tests.
+SHELL := /bin/bash
+GO ?= go
+OUTPUT ?= $(CURDIR)/_output
+BIN := $(OUTPUT)/bin
+# go-nvml's cgo bindings warn about NVML functions deprecated in CUDA 13; they are not ours to fix.
+export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT := $(OUTPUT)/tools/golangci-lint
+PKGS := ./...
+BENCH_PKGS := ./pkg/...
+
+.PHONY: all build test unit lint vet fmt bench demo inspect clean tools
+
+all: build
+
+build: ## Build the binaries into _output/bin
+	@mkdir -p $(BIN)
+	$(GO) build -trimpath -o $(BIN)/ ./cmd/...
+
+test: unit ## Everything CI runs: vet, unit tests with the race detector, fuzz seeds
+
+unit:
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 $(PKGS)
+
+fuzz: ## Run every fuzz target briefly (FUZZTIME=10s by default)
+	@for t in "FuzzDecode ./api/v1alpha1" "FuzzDecode ./pkg/checkpoint"; do \
+	  set -- $$t; echo "== $$1 $$2"; $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-10s} $$2 || exit 1; done
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+lint: vet $(GOLANGCI_LINT) ## go vet + golangci-lint
+	$(GOLANGCI_LINT) run $(PKGS)
+
+$(GOLANGCI_LINT):
+	@mkdir -p $(dir $@)
+	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+bench: ## Benchmarks (prepare/unprepare, slice building); numbers go in README
+	@mkdir -p $(OUTPUT)/bench
+	$(GO) test -run '^$$' -bench . -benchmem -count=$${COUNT:-1} $(BENCH_PKGS) | tee $(OUTPUT)/bench/unit.txt
+
+inspect: ## Show what a simulated DGX H100 node would publish
+	$(GO) run ./cmd/gpu-kubelet-plugin inspect --simulate=$${PROFILE:-dgx-h100}
+
+clean:
+	rm -rf $(OUTPUT)

@@ -1,0 +1,43 @@
+// Package v1alpha1 is version v1alpha1 of the resource.gpudra.io API group.
+//
+// It defines GpuClaimParameters, the opaque configuration that users attach
+// to ResourceClaims and DeviceClasses for devices of the gpu.gpudra.io driver
+// (spec.devices.config[].opaque.parameters). The package offers strict
+// decoding from JSON or YAML, defaulting, validation and encoding, so that the
+// kubelet plugin and any webhook agree on what a given piece of configuration
+// means.
+package v1alpha1
+
+import (
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+const (
+	// GroupName is the API group of the configuration types.
+	GroupName = "resource.gpudra.io"
+	// Version is the API version implemented by this package.
+	Version = "v1alpha1"
+	// APIVersion is the value the apiVersion field must have.
+	APIVersion = GroupName + "/" + Version
+	// Kind is the kind of GpuClaimParameters objects.
+	Kind = "GpuClaimParameters"
+
+	// DriverName is the DRA driver name under which GPUs are published and
+	// which opaque configurations must name to be handed to this driver.
+	DriverName = "gpu.gpudra.io"
+
+	// MaxParametersSize is the largest raw parameters blob Decode accepts. It
+	// matches the limit the Kubernetes API enforces on opaque parameters.
+	MaxParametersSize = resourceapi.OpaqueParametersMaxLength
+)
+
+// SchemeGroupVersion is the group and version of this package's types.
+var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: Version}
+
+// AddToScheme registers the types of this package with a scheme.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(SchemeGroupVersion, &GpuClaimParameters{})
+	return nil
+}

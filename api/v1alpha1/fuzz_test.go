@@ -1,0 +1,42 @@
+package v1alpha1
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+// FuzzDecode checks that Decode never panics, that it returns a valid object
+// or a *DecodeError, and that what it accepts survives an Encode/Decode
+// round trip unchanged. Seeds live in testdata/fuzz/FuzzDecode.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(header + `}`))
+	f.Add([]byte("apiVersion: resource.gpudra.io/v1alpha1\nkind: GpuClaimParameters\nsharing:\n  strategy: TimeSlicing\n"))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		p, err := Decode(raw)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("error is not a *DecodeError: %T %v", err, err)
+			}
+			if p != nil {
+				t.Fatalf("object returned together with error %v", err)
+			}
+			return
+		}
+		if errs := Validate(p); len(errs) > 0 {
+			t.Fatalf("accepted object is invalid: %v", errs)
+		}
+		data, err := Encode(p)
+		if err != nil {
+			t.Fatalf("cannot encode accepted object: %v", err)
+		}
+		again, err := Decode(data)
+		if err != nil {
+			t.Fatalf("re-decoding %s: %v", data, err)
+		}
+		if !reflect.DeepEqual(p, again) {
+			t.Fatalf("round trip changed the object: %#v became %#v", p, again)
+		}
+	})
+}

@@ -1,0 +1,37 @@
+// Package deps pins the project's dependencies while the packages that use
+// them are being written. Removed once every dependency has a real importer.
+package deps
+
+import (
+	_ "github.com/NVIDIA/go-nvml/pkg/nvml"
+	_ "github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	_ "github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	_ "github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
+	_ "github.com/google/uuid"
+	_ "github.com/opencontainers/runtime-spec/specs-go"
+	_ "github.com/spf13/cobra"
+	_ "github.com/spf13/pflag"
+	_ "github.com/stretchr/testify/require"
+	_ "google.golang.org/grpc"
+	_ "k8s.io/api/resource/v1"
+	_ "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	_ "k8s.io/apimachinery/pkg/util/validation/field"
+	_ "k8s.io/client-go/kubernetes"
+	_ "k8s.io/client-go/kubernetes/fake"
+	_ "k8s.io/client-go/tools/clientcmd"
+	_ "k8s.io/component-base/cli/flag"
+	_ "k8s.io/component-base/featuregate"
+	_ "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/cri-api/pkg/apis/runtime/v1"
+	_ "k8s.io/cri-client/pkg/fake"
+	_ "k8s.io/dynamic-resource-allocation/cel"
+	_ "k8s.io/dynamic-resource-allocation/deviceattribute"
+	_ "k8s.io/dynamic-resource-allocation/kubeletplugin"
+	_ "k8s.io/dynamic-resource-allocation/resourceslice"
+	_ "k8s.io/dynamic-resource-allocation/structured"
+	_ "k8s.io/klog/v2"
+	_ "k8s.io/kubelet/pkg/apis/dra/v1"
+	_ "sigs.k8s.io/yaml"
+	_ "tags.cncf.io/container-device-interface/pkg/cdi"
+	_ "tags.cncf.io/container-device-interface/specs-go"
+)

@@ -1,0 +1,97 @@
+package cdi
+
+import (
+	"fmt"
+	"strconv"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/pkg/model"
+)
+
+// EditsProvider supplies the container edits a GPU needs. It is asked once
+// per GPU at start-up (see NewCachedEdits), never per claim: discovering
+// driver libraries is slow, prepares must not be.
+type EditsProvider interface {
+	// Common returns the edits every container with any of our GPUs needs:
+	// control device nodes, and on real nodes the driver's libraries and
+	// binaries.
+	Common() (*cdispec.ContainerEdits, error)
+	// Device returns the edits specific to one GPU (its device node).
+	Device(gpu *model.GPU) (*cdispec.ContainerEdits, error)
+}
+
+// Device-node numbers of the NVIDIA kernel driver.
+const (
+	nvidiaMajor    = 195
+	nvidiaCtlMinor = 255
+	// nvidia-uvm gets a dynamic major on real nodes; simulated nodes use this one.
+	simulatedUVMMajor = 510
+)
+
+// SimulatedEdits describes the device nodes a real NVIDIA node has, with
+// explicit type/major/minor so that the CDI library never needs to stat the
+// (absent) host paths. It adds no driver libraries.
+type SimulatedEdits struct{}
+
+// Common implements EditsProvider.
+func (SimulatedEdits) Common() (*cdispec.ContainerEdits, error) {
+	return &cdispec.ContainerEdits{
+		DeviceNodes: []*cdispec.DeviceNode{
+			charDevice("/dev/nvidiactl", nvidiaMajor, nvidiaCtlMinor),
+			charDevice("/dev/nvidia-uvm", simulatedUVMMajor, 0),
+			charDevice("/dev/nvidia-uvm-tools", simulatedUVMMajor, 1),
+		},
+	}, nil
+}
+
+// Device implements EditsProvider.
+func (SimulatedEdits) Device(gpu *model.GPU) (*cdispec.ContainerEdits, error) {
+	return &cdispec.ContainerEdits{
+		DeviceNodes: []*cdispec.DeviceNode{
+			charDevice("/dev/nvidia"+strconv.Itoa(gpu.Minor), nvidiaMajor, int64(gpu.Minor)),
+		},
+	}, nil
+}
+
+func charDevice(path string, major, minor int64) *cdispec.DeviceNode {
+	mode := fileMode(0o666)
+	return &cdispec.DeviceNode{Path: path, Type: "c", Major: major, Minor: minor, FileMode: &mode}
+}
+
+// CachedEdits computes every GPU's edits once and serves them from memory.
+type CachedEdits struct {
+	common  *cdispec.ContainerEdits
+	devices map[string]*cdispec.ContainerEdits // by GPU UUID
+}
+
+// NewCachedEdits asks the provider for the common edits and the edits of each
+// GPU of the node. A GPU the provider cannot describe fails start-up: the
+// plugin would otherwise hand out GPUs that containers cannot open.
+func NewCachedEdits(p EditsProvider, gpus []model.GPU) (*CachedEdits, error) {
+	common, err := p.Common()
+	if err != nil {
+		return nil, fmt.Errorf("compute CDI edits common to all GPUs: %w", err)
+	}
+	c := &CachedEdits{common: common, devices: make(map[string]*cdispec.ContainerEdits, len(gpus))}
+	for i := range gpus {
+		e, err := p.Device(&gpus[i])
+		if err != nil {
+			return nil, fmt.Errorf("compute CDI edits of GPU %s (%s): %w", gpus[i].DeviceName(), gpus[i].UUID, err)
+		}
+		c.devices[gpus[i].UUID] = e
+	}
+	return c, nil
+}
+
+// Common implements EditsProvider.
+func (c *CachedEdits) Common() (*cdispec.ContainerEdits, error) { return c.common, nil }
+
+// Device implements EditsProvider.
+func (c *CachedEdits) Device(gpu *model.GPU) (*cdispec.ContainerEdits, error) {
+	e, ok := c.devices[gpu.UUID]
+	if !ok {
+		return nil, fmt.Errorf("no CDI edits known for GPU %s (%s): it was not present when the plugin started", gpu.DeviceName(), gpu.UUID)
+	}
+	return e, nil
+}

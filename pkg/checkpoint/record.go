@@ -1,0 +1,126 @@
+// Package checkpoint keeps a crash-safe, per-claim record of the resource
+// claims the kubelet plugin has prepared, so that a restarted plugin can tell
+// which claims were fully prepared and which were interrupted half way.
+//
+// Every claim has its own file, <Dir>/<claimUID>.json, so independent claims
+// never contend on a shared file or lock. A record moves through the states
+// PrepareStarted (written before any side effect), PrepareCompleted (written
+// after all side effects) and optionally UnprepareStarted; it is deleted at
+// the end of unprepare.
+//
+// # On-disk format
+//
+// Each file holds a JSON envelope:
+//
+//	{"version":1,"checksum":"sha256:<hex>","data":{...ClaimRecord...}}
+//
+// The checksum is the SHA-256 of the exact bytes of the "data" value as they
+// appear in the file. Readers ignore fields they do not know, both in the
+// envelope and in the record, so that a record written by a newer binary can
+// still be read by an older one.
+//
+// # Versioning
+//
+// CurrentVersion is bumped only for incompatible changes: a field that is
+// removed, renamed or whose meaning changes, or a new State value that an
+// older binary would not know how to recover. Compatible additions, such as a
+// new optional field that older binaries may safely ignore, keep the version
+// unchanged. A reader refuses records whose version is newer than the one it
+// understands and reports them as corrupt, so that it never acts on data it
+// could misinterpret.
+//
+// # Damage
+//
+// A record that cannot be read (bad JSON, truncated, checksum mismatch,
+// unsupported version) is reported as a *CorruptError and is never deleted
+// automatically: deleting it could leak a GPU that a running container still
+// uses. README.md in this directory describes how an operator recovers.
+//
+// # Reboots
+//
+// Every record carries the boot ID of the boot that wrote it. Records from an
+// earlier boot are stale: their containers are gone and the kubelet prepares
+// the claims again. Store.LoadAll reports them separately and deletes nothing.
+package checkpoint
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// CurrentVersion is the envelope version this package writes and the newest
+// one it reads. See the package documentation for when it changes.
+const CurrentVersion = 1
+
+// State is the phase a claim's preparation has reached.
+type State string
+
+const (
+	// PrepareStarted is written before preparation has any side effect.
+	PrepareStarted State = "PrepareStarted"
+	// PrepareCompleted is written once every side effect of preparation
+	// (CDI spec, device configuration) is in place.
+	PrepareCompleted State = "PrepareCompleted"
+	// UnprepareStarted is written when unpreparation begins; the record is
+	// deleted once unpreparation has finished.
+	UnprepareStarted State = "UnprepareStarted"
+)
+
+// Valid reports whether s is one of the states this version knows.
+func (s State) Valid() bool {
+	switch s {
+	case PrepareStarted, PrepareCompleted, UnprepareStarted:
+		return true
+	}
+	return false
+}
+
+// ClaimRecord is what the plugin remembers about one prepared claim.
+type ClaimRecord struct {
+	// UID of the ResourceClaim; also the file name of the record.
+	UID string `json:"uid"`
+	// Namespace of the ResourceClaim.
+	Namespace string `json:"namespace"`
+	// Name of the ResourceClaim.
+	Name string `json:"name"`
+	// State of preparation.
+	State State `json:"state"`
+	// BootID of the boot in which the record was written. Set by Store.Put.
+	BootID string `json:"bootID"`
+	// Updated is when the record was written. Set by Store.Put.
+	Updated time.Time `json:"updated"`
+	// Devices allocated to the claim.
+	Devices []Device `json:"devices"`
+}
+
+// Device is one allocated device of a claim.
+type Device struct {
+	// Pool is the ResourceSlice pool of the device.
+	Pool string `json:"pool"`
+	// Name is the device name in the ResourceSlice, e.g. "gpu-3".
+	Name string `json:"name"`
+	// Requests are the names of the claim requests this device satisfies,
+	// as given in the allocation result.
+	Requests []string `json:"requests"`
+	// UUID of the GPU.
+	UUID string `json:"uuid"`
+	// ShareID identifies the sharing group when the GPU is shared.
+	ShareID string `json:"shareID,omitempty"`
+	// AdminAccess is set when the allocation has admin access (a monitoring
+	// agent may use a GPU that another claim holds).
+	AdminAccess bool `json:"adminAccess,omitempty"`
+	// CDIDeviceIDs are the fully qualified CDI device names handed to the
+	// runtime for this device.
+	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
+	// Config is the effective GpuClaimParameters applied to the device. This
+	// package treats it as opaque JSON.
+	Config json.RawMessage `json:"config,omitempty"`
+}
+
+// truncate shortens s for error messages.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

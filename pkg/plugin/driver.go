@@ -1,0 +1,140 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/pkg/cdi"
+	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/prepare"
+	"github.com/gpudra/gpudra/pkg/slice"
+)
+
+// Driver implements kubeletplugin.DRAPlugin on top of the prepare manager.
+type Driver struct {
+	manager *prepare.Manager
+	cancel  context.CancelCauseFunc
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	return d.manager.PrepareClaims(ctx, claims), nil
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	return d.manager.UnprepareClaims(ctx, claims), nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin: background errors (e.g.
+// ResourceSlice publishing) are logged; unrecoverable ones stop the plugin.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.cancel != nil {
+		d.cancel(fmt.Errorf("fatal background error: %s: %w", msg, err))
+	}
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin. Health reporting is
+// not implemented yet; the health service is switched off in Run.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
+// Run starts the plugin and blocks until ctx is done or a fatal error occurs.
+func Run(ctx context.Context, o *Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	gpus, err := OpenNode(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer gpus.Close()
+	edits, err := gpus.Edits(o)
+	if err != nil {
+		return err
+	}
+	writer, err := cdi.NewWriter(o.CDIRoot, edits)
+	if err != nil {
+		return err
+	}
+	store, err := checkpoint.Open(checkpoint.Options{Dir: o.CheckpointDir(), SyncDir: o.CheckpointSyncDir})
+	if err != nil {
+		return err
+	}
+	manager := prepare.New(prepare.Config{
+		DriverName: o.DriverName, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
+	})
+	if _, err := manager.Recover(ctx); err != nil {
+		return err
+	}
+	resources, err := slice.Resources(o.NodeName, gpus.Node, slice.Options{MaxDevicesPerSlice: o.MaxDevicesPerSlice})
+	if err != nil {
+		return fmt.Errorf("build ResourceSlice: %w", err)
+	}
+
+	client, err := kubeClient(o)
+	if err != nil {
+		return err
+	}
+	driver := &Driver{manager: manager, cancel: cancel}
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(o.DriverName),
+		kubeletplugin.NodeName(o.NodeName),
+		kubeletplugin.KubeClient(client),
+		kubeletplugin.RegistrarDirectoryPath(o.KubeletRegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(o.PluginDataDir()),
+		// Claims on different GPUs prepare in parallel; the manager locks per device.
+		kubeletplugin.Serialize(false),
+		kubeletplugin.HealthService(false),
+	}
+	if o.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
+	}
+	helper, err := kubeletplugin.Start(ctx, driver, opts...)
+	if err != nil {
+		return fmt.Errorf("start kubelet plugin: %w", err)
+	}
+	defer helper.Stop()
+	if err := helper.PublishResources(ctx, resources); err != nil {
+		return fmt.Errorf("publish ResourceSlices: %w", err)
+	}
+	logger.Info("gpu-kubelet-plugin running", "node", o.NodeName, "driver", o.DriverName, "gpus", len(gpus.Node.GPUs),
+		"cdiRoot", o.CDIRoot, "dataDir", o.PluginDataDir())
+	<-ctx.Done()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+func kubeClient(o *Options) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %q (set --kubeconfig or run in a pod): %w", o.Kubeconfig, err)
+	}
+	cfg.QPS = o.KubeAPIQPS
+	cfg.Burst = o.KubeAPIBurst
+	cfg.UserAgent = "gpu-kubelet-plugin"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	return client, nil
+}

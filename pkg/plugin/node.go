@@ -1,0 +1,59 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/pkg/cdi"
+	"github.com/gpudra/gpudra/pkg/discovery"
+	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/pkg/nvmllib"
+)
+
+// GPUNode is an opened NVML backend and what was discovered through it.
+type GPUNode struct {
+	Lib  nvml.Interface
+	Node *model.Node
+}
+
+// OpenNode opens the real or simulated NVML and discovers the node's GPUs.
+// Close it with Close.
+func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
+	lib, err := nvmllib.New(nvmllib.Options{
+		DriverRoot:  o.NvidiaDriverRoot,
+		Simulate:    o.Simulate,
+		ProfileDirs: o.ProfileDirs,
+		NodeName:    o.NodeName,
+	})
+	if err != nil {
+		return nil, err
+	}
+	node, err := discovery.Discover(ctx, lib, discovery.Options{})
+	if err != nil {
+		lib.Shutdown()
+		return nil, fmt.Errorf("discover GPUs: %w", err)
+	}
+	klog.FromContext(ctx).Info("Discovered GPUs", "count", len(node.GPUs), "driverVersion", node.DriverVersion,
+		"cudaDriverVersion", node.CUDADriverVersion, "simulated", o.Simulate != "")
+	return &GPUNode{Lib: lib, Node: node}, nil
+}
+
+// Close shuts NVML down.
+func (n *GPUNode) Close() { n.Lib.Shutdown() }
+
+// Edits returns the CDI edits provider for the node: nvcdi's view of the
+// driver on real nodes, synthesized device nodes in simulation. Computed once.
+func (n *GPUNode) Edits(o *Options) (*cdi.CachedEdits, error) {
+	var p cdi.EditsProvider = cdi.SimulatedEdits{}
+	if o.Simulate == "" {
+		real, err := cdi.NewNvcdiEdits(n.Lib, cdi.NvcdiOptions{DriverRoot: o.NvidiaDriverRoot, HookPath: o.NvidiaCDIHookPath})
+		if err != nil {
+			return nil, err
+		}
+		p = real
+	}
+	return cdi.NewCachedEdits(p, n.Node.GPUs)
+}

@@ -1,0 +1,118 @@
+// Package plugin wires gpudra's kubelet plugin: NVML discovery, the
+// ResourceSlice it publishes through the kubeletplugin helper, and the
+// prepare state machine behind the kubelet's DRA gRPC API.
+package plugin
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
+)
+
+// Options are the plugin's settings. Every flag has an environment variable
+// so that a DaemonSet can set it from the downward API.
+type Options struct {
+	Kubeconfig   string
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+	NodeName     string
+	DriverName   string
+
+	CDIRoot             string
+	KubeletPluginsDir   string
+	KubeletRegistrarDir string
+	PodUID              string
+	NvidiaDriverRoot    string
+	NvidiaCDIHookPath   string
+	Simulate            string
+	ProfileDirs         []string
+	CheckpointSyncDir   bool
+	MaxDevicesPerSlice  int
+}
+
+// Discovery holds the flags inspect and the plugin share.
+func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", env("NODE_NAME", ""), "Name of this node; the pool name and the owner of its ResourceSlices. [$NODE_NAME]")
+	fs.StringVar(&o.DriverName, "driver-name", env("DRIVER_NAME", v1alpha1.DriverName), "DRA driver name. [$DRIVER_NAME]")
+	fs.StringVar(&o.NvidiaDriverRoot, "nvidia-driver-root", env("NVIDIA_DRIVER_ROOT", "/"),
+		"Root under which the NVIDIA driver is installed (e.g. /run/nvidia/driver with the GPU operator). [$NVIDIA_DRIVER_ROOT]")
+	fs.StringVar(&o.Simulate, "simulate", env("GPUDRA_SIMULATE", ""),
+		"Use a simulated NVML with this profile (built-in name such as dgx-h100, or a profile file) instead of the real driver. [$GPUDRA_SIMULATE]")
+	fs.StringSliceVar(&o.ProfileDirs, "profile-dir", envList("GPUDRA_PROFILE_DIRS"),
+		"Directories with additional simulation profiles (<name>.yaml). [$GPUDRA_PROFILE_DIRS, comma-separated]")
+	fs.IntVar(&o.MaxDevicesPerSlice, "max-devices-per-slice", 128, "Split the pool into ResourceSlices of at most this many devices (API maximum 128).")
+}
+
+// AddInspectFlags registers the flags the inspect command needs.
+func (o *Options) AddInspectFlags(fs *pflag.FlagSet) { o.addDiscoveryFlags(fs) }
+
+// AddFlags registers all plugin flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.addDiscoveryFlags(fs)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "Kubeconfig file; in-cluster config when empty. [$KUBECONFIG]")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", envFloat("KUBE_API_QPS", 200),
+		"Client-side QPS limit towards the API server. The kubelet plugin helper GETs each claim on prepare, so a low limit directly adds prepare latency. [$KUBE_API_QPS]")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", envInt("KUBE_API_BURST", 400), "Client-side burst towards the API server. [$KUBE_API_BURST]")
+	fs.StringVar(&o.CDIRoot, "cdi-root", env("CDI_ROOT", "/var/run/cdi"), "Directory for the per-claim CDI specs; must be one the container runtime reads. [$CDI_ROOT]")
+	fs.StringVar(&o.KubeletPluginsDir, "kubelet-plugins-directory", env("KUBELET_PLUGINS_DIRECTORY", "/var/lib/kubelet/plugins"),
+		"Kubelet plugin directory; the plugin's socket and checkpoint live in <dir>/<driver-name>. [$KUBELET_PLUGINS_DIRECTORY]")
+	fs.StringVar(&o.KubeletRegistrarDir, "kubelet-registrar-directory", env("KUBELET_REGISTRAR_DIRECTORY", "/var/lib/kubelet/plugins_registry"),
+		"Kubelet plugin registration directory. [$KUBELET_REGISTRAR_DIRECTORY]")
+	fs.StringVar(&o.PodUID, "pod-uid", env("POD_UID", ""),
+		"UID of the plugin's pod; enables rolling updates where old and new plugin pods run side by side. [$POD_UID]")
+	fs.StringVar(&o.NvidiaCDIHookPath, "nvidia-cdi-hook-path", env("NVIDIA_CDI_HOOK_PATH", ""),
+		"Host path of nvidia-cdi-hook for the generated CDI hooks (real GPUs only). [$NVIDIA_CDI_HOOK_PATH]")
+	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
+		"Also fsync the checkpoint directory after each record write. Record contents are always fsynced before the rename; a rename lost to a power failure only matters within a boot, and records of an earlier boot are discarded anyway.")
+}
+
+// PluginDataDir is where the socket and checkpoint of the driver live.
+func (o *Options) PluginDataDir() string { return filepath.Join(o.KubeletPluginsDir, o.DriverName) }
+
+// CheckpointDir holds one checkpoint record per prepared claim.
+func (o *Options) CheckpointDir() string { return filepath.Join(o.PluginDataDir(), "checkpoint") }
+
+// Validate reports flags that cannot work together.
+func (o *Options) Validate() error {
+	if o.NodeName == "" {
+		return fmt.Errorf("--node-name (or $NODE_NAME) is required: it names the node's ResourceSlice pool")
+	}
+	if o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128 {
+		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)
+	}
+	return nil
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envList(name string) []string {
+	if v := env(name, ""); v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(env(name, "")); err == nil {
+		return v
+	}
+	return def
+}
+
+func envFloat(name string, def float32) float32 {
+	if v, err := strconv.ParseFloat(env(name, ""), 32); err == nil {
+		return float32(v)
+	}
+	return def
+}

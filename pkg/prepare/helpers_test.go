@@ -1,0 +1,122 @@
+package prepare
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpudra/gpudra/pkg/cdi"
+	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/model"
+)
+
+const (
+	testDriver = "gpu.gpudra.io"
+	testPool   = "node-a"
+)
+
+// env is one node's on-disk state; several Managers can be created over it
+// to simulate restarts.
+type env struct {
+	t      testing.TB
+	node   *model.Node
+	ckDir  string
+	cdiDir string
+	bootID string
+}
+
+func newEnv(t testing.TB, gpus int) *env {
+	node := &model.Node{DriverVersion: "550.54.15", CUDADriverVersion: "12.4"}
+	for i := 0; i < gpus; i++ {
+		node.GPUs = append(node.GPUs, model.GPU{
+			Index: i, Minor: i, UUID: "GPU-0000000" + string(rune('0'+i)) + "-1111-2222-3333-444444444444",
+			ProductName: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30,
+		})
+	}
+	return &env{t: t, node: node, ckDir: t.TempDir(), cdiDir: t.TempDir(), bootID: "boot-1"}
+}
+
+// manager creates a Manager over the env's directories and recovers, like a
+// plugin (re)start does.
+func (e *env) manager() (*Manager, RecoverReport) {
+	m, rep, err := e.tryManager()
+	require.NoError(e.t, err)
+	return m, rep
+}
+
+func (e *env) tryManager() (*Manager, RecoverReport, error) {
+	e.t.Helper()
+	store, err := checkpoint.Open(checkpoint.Options{Dir: e.ckDir,
+		BootID: func() (string, error) { return e.bootID, nil }})
+	require.NoError(e.t, err)
+	edits, err := cdi.NewCachedEdits(cdi.SimulatedEdits{}, e.node.GPUs)
+	require.NoError(e.t, err)
+	w, err := cdi.NewWriter(e.cdiDir, edits)
+	require.NoError(e.t, err)
+	m := New(Config{DriverName: testDriver, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w})
+	rep, err := m.Recover(ctx(e.t))
+	return m, rep, err
+}
+
+func ctx(t testing.TB) context.Context {
+	_, c := ktesting.NewTestContext(t)
+	return c
+}
+
+type alloc struct {
+	request, device string
+	admin           bool
+	share           string
+}
+
+// claim builds an allocated claim with optional opaque configs (JSON).
+func claim(uid, name string, allocs []alloc, configs ...resourceapi.DeviceAllocationConfiguration) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(uid)},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Config: configs},
+		}},
+	}
+	for _, a := range allocs {
+		r := resourceapi.DeviceRequestAllocationResult{Request: a.request, Driver: testDriver, Pool: testPool, Device: a.device}
+		if a.admin {
+			t := true
+			r.AdminAccess = &t
+		}
+		if a.share != "" {
+			id := types.UID(a.share)
+			r.ShareID = &id
+		}
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, r)
+	}
+	return c
+}
+
+func gpuClaim(uid, name string, devices ...string) *resourceapi.ResourceClaim {
+	var allocs []alloc
+	for _, d := range devices {
+		allocs = append(allocs, alloc{request: "gpu", device: d})
+	}
+	return claim(uid, name, allocs)
+}
+
+func opaque(source resourceapi.AllocationConfigSource, params string, requests ...string) resourceapi.DeviceAllocationConfiguration {
+	return resourceapi.DeviceAllocationConfiguration{
+		Source:   source,
+		Requests: requests,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: testDriver, Parameters: runtime.RawExtension{Raw: []byte(params)},
+		}},
+	}
+}
+
+func ref(c *resourceapi.ResourceClaim) kubeletplugin.NamespacedObject {
+	return kubeletplugin.NamespacedObject{UID: c.UID, NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}}
+}

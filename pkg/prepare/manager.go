@@ -1,0 +1,163 @@
+// Package prepare is the kubelet plugin's prepare/unprepare state machine.
+//
+// For each claim: resolve the devices allocated to it on this node and their
+// GpuClaimParameters, record the claim as PrepareStarted in the checkpoint,
+// write the claim's CDI spec, record PrepareCompleted. Unprepare removes the
+// spec and then the record. Every step is idempotent, so a repeated call or a
+// restart after a crash converges (see Recover).
+//
+// Locking is per device, never global: claims on different GPUs prepare in
+// parallel. A claim locks its devices in name order, so two claims that
+// overlap cannot deadlock.
+package prepare
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/pkg/cdi"
+	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/model"
+)
+
+// Config wires a Manager.
+type Config struct {
+	DriverName string
+	// PoolName is the node's pool (the node name).
+	PoolName    string
+	Node        *model.Node
+	Checkpoints *checkpoint.Store
+	CDI         *cdi.Writer
+}
+
+// Manager prepares and unprepares claims.
+type Manager struct {
+	cfg   Config
+	gpus  map[string]*model.GPU  // by device name
+	locks map[string]*sync.Mutex // by device name; fixed at start
+	own   *owners
+}
+
+// New creates a Manager. Call Recover before serving requests.
+func New(cfg Config) *Manager {
+	m := &Manager{
+		cfg:   cfg,
+		gpus:  make(map[string]*model.GPU, len(cfg.Node.GPUs)),
+		locks: make(map[string]*sync.Mutex, len(cfg.Node.GPUs)),
+		own:   newOwners(),
+	}
+	for i := range cfg.Node.GPUs {
+		g := &cfg.Node.GPUs[i]
+		m.gpus[g.DeviceName()] = g
+		m.locks[g.DeviceName()] = &sync.Mutex{}
+	}
+	return m
+}
+
+// PrepareClaims prepares claims concurrently and returns one result per claim.
+func (m *Manager) PrepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
+	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	if len(claims) == 1 {
+		devs, err := m.Prepare(ctx, claims[0])
+		results[claims[0].UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
+		return results
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, claim := range claims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			devs, err := m.Prepare(ctx, claim)
+			mu.Lock()
+			results[claim.UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// UnprepareClaims unprepares claims concurrently.
+func (m *Manager) UnprepareClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
+	results := make(map[types.UID]error, len(claims))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, claim := range claims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := m.Unprepare(ctx, claim)
+			mu.Lock()
+			results[claim.UID] = err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// lockDevices locks the named devices in sorted order and returns the unlock.
+func (m *Manager) lockDevices(names []string) (func(), error) {
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	for _, n := range sorted {
+		if _, ok := m.locks[n]; !ok {
+			return nil, fmt.Errorf("device %q is not a GPU of this node (pool %s); it may have been removed since the claim was allocated", n, m.cfg.PoolName)
+		}
+	}
+	for _, n := range sorted {
+		m.locks[n].Lock()
+	}
+	return func() {
+		for i := len(sorted) - 1; i >= 0; i-- {
+			m.locks[sorted[i]].Unlock()
+		}
+	}, nil
+}
+
+// Unprepare undoes Prepare. Unknown claims succeed (idempotency).
+func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedObject) error {
+	logger := klog.FromContext(ctx)
+	uid := string(claim.UID)
+	rec, err := m.cfg.Checkpoints.Get(uid)
+	if err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+	}
+	if rec == nil {
+		// Never prepared, or already unprepared. A spec may still exist if a
+		// crash hit between writing it and the first checkpoint write.
+		return m.cfg.CDI.RemoveClaim(uid)
+	}
+	unlock, err := m.lockDevices(recordDeviceNames(rec))
+	if err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+	}
+	defer unlock()
+	if err := m.cfg.CDI.RemoveClaim(uid); err != nil {
+		return err
+	}
+	after(phaseUnprepareCDIRemoved)
+	if err := m.cfg.Checkpoints.Delete(uid); err != nil {
+		return fmt.Errorf("unprepare claim %s: remove checkpoint: %w", claim.String(), err)
+	}
+	m.own.release(uid)
+	logger.V(3).Info("Unprepared claim", "claim", claim.String(), "devices", len(rec.Devices))
+	return nil
+}
+
+func recordDeviceNames(rec *checkpoint.ClaimRecord) []string {
+	names := make([]string, 0, len(rec.Devices))
+	for _, d := range rec.Devices {
+		names = append(names, d.Name)
+	}
+	return names
+}

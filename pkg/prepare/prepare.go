@@ -1,0 +1,277 @@
+package prepare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/cdi"
+	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/claimconfig"
+)
+
+// ErrConflict marks a refusal to hand an exclusive GPU to a second claim.
+var ErrConflict = errors.New("GPU already in use by another claim")
+
+// Phases of a prepare, for crash testing (see testHookAfter).
+const (
+	phaseStarted             = "PrepareStarted"
+	phaseCDIWritten          = "CDIWritten"
+	phaseCompleted           = "PrepareCompleted"
+	phaseUnprepareCDIRemoved = "UnprepareCDIRemoved"
+)
+
+// testHookAfter, when set by tests, runs after each phase of a prepare; a
+// panic there simulates the process dying at that point.
+var testHookAfter func(phase string)
+
+func after(phase string) {
+	if testHookAfter != nil {
+		testHookAfter(phase)
+	}
+}
+
+// planned is one device of a claim being prepared.
+type planned struct {
+	cfg    claimconfig.DeviceConfig
+	record checkpoint.Device
+	access access
+}
+
+// Prepare prepares one claim and returns its devices for the kubelet.
+// Calling it again for a prepared claim returns the same result.
+func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	logger := klog.FromContext(ctx)
+	ref := claim.Namespace + "/" + claim.Name
+	uid := string(claim.UID)
+
+	configs, err := claimconfig.Resolve(claim, m.cfg.DriverName, m.cfg.PoolName)
+	if err != nil {
+		return nil, err
+	}
+	if len(configs) == 0 {
+		return []kubeletplugin.Device{}, nil
+	}
+	plan, err := m.plan(uid, configs)
+	if err != nil {
+		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+	}
+
+	names := make([]string, len(plan))
+	for i, p := range plan {
+		names[i] = p.record.Name
+	}
+	unlock, err := m.lockDevices(names)
+	if err != nil {
+		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+	}
+	defer unlock()
+
+	rec, err := m.cfg.Checkpoints.Get(uid)
+	if err != nil {
+		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+	}
+	if rec != nil && rec.State == checkpoint.PrepareCompleted {
+		if !sameDevices(rec, plan) {
+			return nil, fmt.Errorf("prepare claim %s: already prepared with devices %v, but now allocated %v; unprepare it first",
+				ref, recordDeviceNames(rec), names)
+		}
+		return kubeletDevices(rec), nil
+	}
+
+	for _, p := range plan {
+		h := holder{claimUID: uid, claim: ref, access: p.access}
+		if other, busy := m.own.conflict(p.record.Name, h); busy {
+			return nil, fmt.Errorf("prepare claim %s: %w: %s (%s) is prepared for claim %s (uid %s); "+
+				"refusing to give an exclusive GPU to two claims — check for a stale allocation of that claim",
+				ref, ErrConflict, p.record.Name, p.record.UUID, other.claim, other.claimUID)
+		}
+	}
+
+	rec = &checkpoint.ClaimRecord{UID: uid, Namespace: claim.Namespace, Name: claim.Name, State: checkpoint.PrepareStarted}
+	for _, p := range plan {
+		rec.Devices = append(rec.Devices, p.record)
+	}
+	if err := m.cfg.Checkpoints.Put(rec); err != nil {
+		return nil, fmt.Errorf("prepare claim %s: record PrepareStarted: %w", ref, err)
+	}
+	after(phaseStarted)
+	// From here on the checkpoint says a prepare is under way: a crash is
+	// rolled back or completed by Recover; a failure is rolled back now.
+	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(plan))
+	if err != nil {
+		m.rollback(ctx, uid)
+		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+	}
+	after(phaseCDIWritten)
+	for i := range rec.Devices {
+		rec.Devices[i].CDIDeviceIDs = []string{ids[rec.Devices[i].Name]}
+	}
+	rec.State = checkpoint.PrepareCompleted
+	if err := m.cfg.Checkpoints.Put(rec); err != nil {
+		m.rollback(ctx, uid)
+		return nil, fmt.Errorf("prepare claim %s: record PrepareCompleted: %w", ref, err)
+	}
+	after(phaseCompleted)
+	for _, p := range plan {
+		m.own.add(p.record.Name, holder{claimUID: uid, claim: ref, access: p.access})
+	}
+	logger.V(3).Info("Prepared claim", "claim", ref, "devices", names)
+	return kubeletDevices(rec), nil
+}
+
+// plan checks the allocation against the node and encodes each device's
+// effective config for the checkpoint.
+func (m *Manager) plan(uid string, configs []claimconfig.DeviceConfig) ([]planned, error) {
+	plan := make([]planned, 0, len(configs))
+	for _, c := range configs {
+		gpu, ok := m.gpus[c.Result.Device]
+		if !ok {
+			return nil, fmt.Errorf("allocated device %q is not a GPU of node %s", c.Result.Device, m.cfg.PoolName)
+		}
+		raw, err := v1alpha1.Encode(c.Config)
+		if err != nil {
+			return nil, fmt.Errorf("encode config of device %s: %w", gpu.DeviceName(), err)
+		}
+		d := checkpoint.Device{
+			Pool:     c.Result.Pool,
+			Name:     c.Result.Device,
+			Requests: []string{c.Result.Request},
+			UUID:     gpu.UUID,
+			Config:   raw,
+		}
+		if c.Result.ShareID != nil {
+			d.ShareID = string(*c.Result.ShareID)
+		}
+		d.AdminAccess = c.Result.AdminAccess != nil && *c.Result.AdminAccess
+		plan = append(plan, planned{cfg: c, record: d, access: accessOf(d)})
+	}
+	return mergeDuplicates(plan), nil
+}
+
+// mergeDuplicates folds results naming the same device (one device satisfying
+// several requests is impossible today, but a device listed twice must not be
+// prepared twice) into one entry with all requests.
+func mergeDuplicates(plan []planned) []planned {
+	out := plan[:0]
+	seen := map[string]int{}
+	for _, p := range plan {
+		if i, ok := seen[p.record.Name]; ok {
+			out[i].record.Requests = append(out[i].record.Requests, p.record.Requests...)
+			continue
+		}
+		seen[p.record.Name] = len(out)
+		out = append(out, p)
+	}
+	return out
+}
+
+// cdiDevices lists, per device, the GPUs of the same request(s): that is what
+// NVIDIA_VISIBLE_DEVICES shows a container that uses those requests.
+func (m *Manager) cdiDevices(plan []planned) []cdi.ClaimDevice {
+	byRequest := map[string][]string{}
+	for _, p := range plan {
+		for _, r := range p.record.Requests {
+			byRequest[r] = append(byRequest[r], p.record.UUID)
+		}
+	}
+	out := make([]cdi.ClaimDevice, 0, len(plan))
+	for _, p := range plan {
+		var visible []string
+		for _, r := range p.record.Requests {
+			for _, u := range byRequest[r] {
+				if !slices.Contains(visible, u) {
+					visible = append(visible, u)
+				}
+			}
+		}
+		out = append(out, cdi.ClaimDevice{
+			DeviceName:   p.record.Name,
+			GPU:          m.gpus[p.record.Name],
+			VisibleUUIDs: visible,
+			Env:          sharingEnv(p.cfg.Config),
+		})
+	}
+	return out
+}
+
+// sharingEnv tells the workload how its GPU is shared.
+func sharingEnv(cfg *v1alpha1.GpuClaimParameters) []string {
+	if cfg == nil || cfg.Sharing == nil {
+		return nil
+	}
+	env := []string{"GPUDRA_SHARING_STRATEGY=" + string(cfg.Sharing.Strategy)}
+	if cfg.Sharing.TimeSlicing != nil {
+		env = append(env, "GPUDRA_TIMESLICE_INTERVAL="+string(cfg.Sharing.TimeSlicing.Interval))
+	}
+	return env
+}
+
+// rollback undoes a failed prepare; errors are logged, Recover retries.
+func (m *Manager) rollback(ctx context.Context, uid string) {
+	logger := klog.FromContext(ctx)
+	if err := m.cfg.CDI.RemoveClaim(uid); err != nil {
+		logger.Error(err, "Rollback: removing CDI spec failed; it will be retried at restart", "claimUID", uid)
+		return
+	}
+	if err := m.cfg.Checkpoints.Delete(uid); err != nil {
+		logger.Error(err, "Rollback: removing checkpoint failed; it will be retried at restart", "claimUID", uid)
+	}
+}
+
+func sameDevices(rec *checkpoint.ClaimRecord, plan []planned) bool {
+	if len(rec.Devices) != len(plan) {
+		return false
+	}
+	for i := range plan {
+		if rec.Devices[i].Name != plan[i].record.Name || rec.Devices[i].UUID != plan[i].record.UUID {
+			return false
+		}
+	}
+	return true
+}
+
+func kubeletDevices(rec *checkpoint.ClaimRecord) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(rec.Devices))
+	for _, d := range rec.Devices {
+		kd := kubeletplugin.Device{
+			Requests:     slices.Clone(d.Requests),
+			PoolName:     d.Pool,
+			DeviceName:   d.Name,
+			CDIDeviceIDs: slices.Clone(d.CDIDeviceIDs),
+		}
+		if d.ShareID != "" {
+			id := types.UID(d.ShareID)
+			kd.ShareID = &id
+		}
+		out = append(out, kd)
+	}
+	return out
+}
+
+// plannedFromRecord rebuilds a planned device from its checkpoint entry.
+func plannedFromRecord(d checkpoint.Device) (planned, error) {
+	cfg, err := v1alpha1.Decode(d.Config)
+	if err != nil {
+		return planned{}, fmt.Errorf("config of device %s in checkpoint: %w", d.Name, err)
+	}
+	return planned{cfg: claimconfig.DeviceConfig{Config: cfg}, record: d, access: accessOf(d)}, nil
+}
+
+func accessOf(d checkpoint.Device) access {
+	switch {
+	case d.AdminAccess:
+		return admin
+	case d.ShareID != "":
+		return share
+	default:
+		return exclusive
+	}
+}
