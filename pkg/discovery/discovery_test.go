@@ -1,0 +1,132 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNormalizePCIBusID(t *testing.T) {
+	tests := []struct{ in, want, err string }{
+		{"00000000:1B:00.0", "0000:1b:00.0", ""},
+		{"0000:1b:00.0", "0000:1b:00.0", ""},
+		{"00000001:AF:00.0", "0001:af:00.0", ""},
+		{"1:02:00.0", "0001:02:00.0", ""},
+		{"1B:00.0", "", "unexpected PCI bus ID"},
+	}
+	for _, tc := range tests {
+		got, err := NormalizePCIBusID(tc.in)
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got)
+	}
+}
+
+func TestNames(t *testing.T) {
+	require.Equal(t, "Hopper", ArchitectureName(nvml.DEVICE_ARCH_HOPPER))
+	require.Equal(t, "Ada Lovelace", ArchitectureName(nvml.DEVICE_ARCH_ADA))
+	require.Equal(t, "Unknown", ArchitectureName(nvml.DEVICE_ARCH_UNKNOWN))
+	require.Equal(t, "Nvidia", BrandName(nvml.BRAND_NVIDIA))
+	require.Equal(t, "Tesla", BrandName(nvml.BRAND_TESLA))
+	require.Equal(t, "Unknown", BrandName(nvml.BrandType(99)))
+}
+
+func busID(s string) [32]int8 {
+	var b [32]int8
+	for i := 0; i < len(s); i++ {
+		b[i] = int8(s[i])
+	}
+	return b
+}
+
+// fakeLib is a one-GPU NVML whose calls can be made to fail.
+func fakeLib(failOn string, mig nvml.Return) *mock.Interface {
+	ret := func(name string) nvml.Return {
+		if name == failOn {
+			return nvml.ERROR_UNKNOWN
+		}
+		return nvml.SUCCESS
+	}
+	dev := &mock.Device{
+		GetUUIDFunc:        func() (string, nvml.Return) { return "GPU-1", ret("uuid") },
+		GetMinorNumberFunc: func() (int, nvml.Return) { return 3, ret("minor") },
+		GetNameFunc:        func() (string, nvml.Return) { return "NVIDIA L4", ret("name") },
+		GetBrandFunc:       func() (nvml.BrandType, nvml.Return) { return nvml.BRAND_NVIDIA, ret("brand") },
+		GetArchitectureFunc: func() (nvml.DeviceArchitecture, nvml.Return) {
+			return nvml.DEVICE_ARCH_ADA, ret("arch")
+		},
+		GetCudaComputeCapabilityFunc: func() (int, int, nvml.Return) { return 8, 9, ret("cc") },
+		GetMemoryInfoFunc:            func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 24 << 30}, ret("mem") },
+		GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) {
+			return nvml.PciInfo{BusId: busID("00000000:17:00.0")}, ret("pci")
+		},
+		GetNumaNodeIdFunc: func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
+		GetMigModeFunc:    func() (int, int, nvml.Return) { return 0, 0, mig },
+	}
+	return &mock.Interface{
+		SystemGetDriverVersionFunc:     func() (string, nvml.Return) { return "550.54.15", ret("driver") },
+		SystemGetCudaDriverVersionFunc: func() (int, nvml.Return) { return 12040, ret("cuda") },
+		DeviceGetCountFunc:             func() (int, nvml.Return) { return 1, ret("count") },
+		DeviceGetHandleByIndexFunc:     func(int) (nvml.Device, nvml.Return) { return dev, ret("handle") },
+	}
+}
+
+type noRoot struct{ *mock.Interface }
+
+func (noRoot) PCIeRoot(string) (string, bool) { return "", false }
+
+func TestDiscover(t *testing.T) {
+	node, err := Discover(context.Background(), noRoot{fakeLib("", nvml.ERROR_NOT_SUPPORTED)}, Options{})
+	require.NoError(t, err)
+	require.Equal(t, "12.4", node.CUDADriverVersion)
+	require.Len(t, node.GPUs, 1)
+	g := node.GPUs[0]
+	require.Equal(t, "gpu-3", g.DeviceName())
+	require.Equal(t, "0000:17:00.0", g.PCIBusID)
+	require.Equal(t, "8.9", g.CUDAComputeCapability)
+	require.Nil(t, g.NUMANode, "NVML without NUMA info publishes no numaNode")
+	require.False(t, g.MIGCapable)
+	require.Empty(t, g.PCIeRoot)
+}
+
+func TestDiscoverErrors(t *testing.T) {
+	for _, call := range []string{"driver", "cuda", "count", "handle", "uuid", "minor", "name", "brand", "arch", "cc", "mem", "pci"} {
+		t.Run(call, func(t *testing.T) {
+			_, err := Discover(context.Background(), noRoot{fakeLib(call, nvml.SUCCESS)}, Options{})
+			require.Error(t, err)
+			require.ErrorContains(t, err, "NVML")
+			require.True(t, errors.Is(err, nvml.ERROR_UNKNOWN), "errors.Is must reach the NVML return code: %v", err)
+		})
+	}
+	_, err := Discover(context.Background(), noRoot{fakeLib("", nvml.ERROR_GPU_IS_LOST)}, Options{})
+	require.ErrorContains(t, err, "get MIG mode")
+}
+
+// On a machine without the GPU in sysfs the PCIe root is left out, not fatal.
+func TestPCIeRootFromSysfsMissing(t *testing.T) {
+	node, err := Discover(context.Background(), fakeLib("", nvml.ERROR_NOT_SUPPORTED), Options{SysfsRoot: t.TempDir()})
+	require.NoError(t, err)
+	require.Empty(t, node.GPUs[0].PCIeRoot)
+}
+
+// The PCIe root of a real GPU comes from the sysfs symlink of its bus ID.
+func TestPCIeRootFromSysfs(t *testing.T) {
+	root := t.TempDir()
+	dev := filepath.Join(root, "devices", "pci0000:16", "0000:16:01.0", "0000:17:00.0")
+	require.NoError(t, os.MkdirAll(dev, 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "bus", "pci", "devices"), 0o755))
+	require.NoError(t, os.Symlink("../../../devices/pci0000:16/0000:16:01.0/0000:17:00.0",
+		filepath.Join(root, "bus", "pci", "devices", "0000:17:00.0")))
+	node, err := Discover(context.Background(), fakeLib("", nvml.ERROR_NOT_SUPPORTED), Options{SysfsRoot: root})
+	require.NoError(t, err)
+	require.Equal(t, "pci0000:16", node.GPUs[0].PCIeRoot)
+}

@@ -1,0 +1,237 @@
+package sim
+
+import (
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+)
+
+// device is a simulated physical GPU.
+type device struct {
+	mock.Device
+
+	srv    *Server
+	gpu    *GPU // immutable
+	addr   pciAddress
+	uuid   string
+	serial string
+
+	// Guarded by srv.mu.
+	migMode     int
+	computeMode nvml.ComputeMode
+	gis         map[uint32]*gpuInstance // by GPU instance ID
+	migCounter  uint64                  // seeds MIG device UUIDs; bumped per compute instance
+}
+
+var _ nvml.Device = (*device)(nil)
+
+// PCI class of a "3D controller", what data-center GPUs report.
+const (
+	pciBaseClassDisplay = 0x03
+	pciSubClass3D       = 0x02
+)
+
+func newDevice(s *Server, g *GPU) *device {
+	addr, _ := parsePCIAddress(g.PCIBusID) // validated by Parse
+	d := &device{srv: s, gpu: g, addr: addr, gis: map[uint32]*gpuInstance{}}
+	d.uuid = s.gpuUUID(g.Index)
+	d.serial = serialFor(d.uuid)
+	if g.MIGEnabled {
+		d.migMode = nvml.DEVICE_MIG_ENABLE
+	}
+	d.setFuncs()
+	d.setMIGFuncs()
+	fillUnset(&d.Device, false)
+	return d
+}
+
+func (d *device) model() *Model { return d.gpu.Model }
+
+func (d *device) setFuncs() {
+	m := d.model()
+	d.GetUUIDFunc = func() (string, nvml.Return) { return d.uuid, nvml.SUCCESS }
+	d.GetNameFunc = func() (string, nvml.Return) { return m.ProductName, nvml.SUCCESS }
+	d.GetBrandFunc = func() (nvml.BrandType, nvml.Return) { return m.Brand, nvml.SUCCESS }
+	d.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return m.Architecture, nvml.SUCCESS }
+	d.GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) {
+		return m.ComputeCapabilityMajor, m.ComputeCapabilityMinor, nvml.SUCCESS
+	}
+	d.GetIndexFunc = func() (int, nvml.Return) { return d.gpu.Index, nvml.SUCCESS }
+	d.GetMinorNumberFunc = func() (int, nvml.Return) { return d.gpu.Index, nvml.SUCCESS }
+	d.GetSerialFunc = func() (string, nvml.Return) { return d.serial, nvml.SUCCESS }
+	d.GetBoardPartNumberFunc = func() (string, nvml.Return) {
+		if m.BoardPartNumber == "" {
+			return "", nvml.ERROR_NOT_SUPPORTED
+		}
+		return m.BoardPartNumber, nvml.SUCCESS
+	}
+	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+		return nvml.Memory{Total: m.MemoryBytes, Free: m.MemoryBytes}, nvml.SUCCESS
+	}
+	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+		return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: m.MemoryBytes, Free: m.MemoryBytes}, nvml.SUCCESS
+	}
+	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return d.pciInfo(), nvml.SUCCESS }
+	d.GetPciInfoExtFunc = func() (nvml.PciInfoExt, nvml.Return) {
+		p := nvml.PciInfoExt{
+			Version: nvml.STRUCT_VERSION(nvml.PciInfoExt{}, 1),
+			Domain:  d.addr.Domain, Bus: d.addr.Bus, Device: d.addr.Device,
+			PciDeviceId: m.PCIDeviceID, PciSubSystemId: m.PCISubsystemID,
+			BaseClass: pciBaseClassDisplay, SubClass: pciSubClass3D,
+		}
+		toCChars(p.BusId[:], d.addr.nvmlBusID())
+		return p, nvml.SUCCESS
+	}
+	d.GetNumaNodeIdFunc = func() (int, nvml.Return) {
+		if d.gpu.NUMANode < 0 {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return d.gpu.NUMANode, nvml.SUCCESS
+	}
+	d.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {
+		d.srv.mu.Lock()
+		defer d.srv.mu.Unlock()
+		return d.computeMode, nvml.SUCCESS
+	}
+	d.SetComputeModeFunc = func(mode nvml.ComputeMode) nvml.Return {
+		if mode < 0 || mode >= nvml.COMPUTEMODE_COUNT {
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		d.srv.mu.Lock()
+		defer d.srv.mu.Unlock()
+		d.computeMode = mode
+		return nvml.SUCCESS
+	}
+	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return false, nvml.SUCCESS }
+	d.GetDeviceHandleFromMigDeviceHandleFunc = func() (nvml.Device, nvml.Return) {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+}
+
+func (d *device) pciInfo() nvml.PciInfo {
+	m := d.model()
+	p := nvml.PciInfo{
+		Domain: d.addr.Domain, Bus: d.addr.Bus, Device: d.addr.Device,
+		PciDeviceId: m.PCIDeviceID, PciSubSystemId: m.PCISubsystemID,
+	}
+	toCChars(p.BusIdLegacy[:], d.addr.nvmlBusIDLegacy())
+	toCChars(p.BusId[:], d.addr.nvmlBusID())
+	return p
+}
+
+// setMIGFuncs sets the MIG calls of the physical GPU. On a GPU that is not
+// MIG-capable they are left to fillUnset and answer ERROR_NOT_SUPPORTED.
+func (d *device) setMIGFuncs() {
+	mig := d.model().MIG
+	if mig == nil {
+		return
+	}
+	d.GetMigModeFunc = func() (int, int, nvml.Return) {
+		d.srv.mu.Lock()
+		defer d.srv.mu.Unlock()
+		return d.migMode, d.migMode, nvml.SUCCESS
+	}
+	d.SetMigModeFunc = func(mode int) (nvml.Return, nvml.Return) {
+		if mode != nvml.DEVICE_MIG_ENABLE && mode != nvml.DEVICE_MIG_DISABLE {
+			return nvml.ERROR_INVALID_ARGUMENT, nvml.ERROR_INVALID_ARGUMENT
+		}
+		d.srv.mu.Lock()
+		defer d.srv.mu.Unlock()
+		if mode == nvml.DEVICE_MIG_DISABLE && len(d.gis) > 0 {
+			return nvml.ERROR_IN_USE, nvml.ERROR_IN_USE
+		}
+		d.migMode = mode // takes effect at once, as after an automatic GPU reset
+		return nvml.SUCCESS, nvml.SUCCESS
+	}
+	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return mig.MaxDevices, nvml.SUCCESS }
+	d.GetMigDeviceHandleByIndexFunc = func(index int) (nvml.Device, nvml.Return) {
+		if index < 0 || index >= mig.MaxDevices {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		d.srv.mu.Lock()
+		defer d.srv.mu.Unlock()
+		devs := d.migDevicesLocked()
+		if index >= len(devs) {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		return devs[index], nvml.SUCCESS
+	}
+	d.GetGpuInstanceProfileInfoFunc = func(profile int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+		if profile < 0 || profile >= nvml.GPU_INSTANCE_PROFILE_COUNT {
+			return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
+		}
+		p := mig.profileByNVMLIndex(profile)
+		if p == nil {
+			return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+		}
+		return p.info(), nvml.SUCCESS
+	}
+	d.GetGpuInstancePossiblePlacementsFunc = func(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
+		p := d.profileFor(info)
+		if p == nil {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		out := make([]nvml.GpuInstancePlacement, len(p.Placements))
+		for i, start := range p.Placements {
+			out[i] = nvml.GpuInstancePlacement{Start: uint32(start), Size: uint32(p.PlacementSize)}
+		}
+		return out, nvml.SUCCESS
+	}
+	d.GetGpuInstanceRemainingCapacityFunc = func(info *nvml.GpuInstanceProfileInfo) (int, nvml.Return) {
+		p := d.profileFor(info)
+		if p == nil {
+			return 0, nvml.ERROR_INVALID_ARGUMENT
+		}
+		d.srv.mu.Lock()
+		defer d.srv.mu.Unlock()
+		if d.migMode != nvml.DEVICE_MIG_ENABLE {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return remainingCapacity(mig, d.slotsLocked(), p), nvml.SUCCESS
+	}
+	d.CreateGpuInstanceFunc = func(info *nvml.GpuInstanceProfileInfo) (nvml.GpuInstance, nvml.Return) {
+		return d.createGpuInstance(info, nil)
+	}
+	d.CreateGpuInstanceWithPlacementFunc = func(info *nvml.GpuInstanceProfileInfo, pl *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
+		if pl == nil {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return d.createGpuInstance(info, pl)
+	}
+	d.GetGpuInstancesFunc = func(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return) {
+		p := d.profileFor(info)
+		if p == nil {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		d.srv.mu.Lock()
+		defer d.srv.mu.Unlock()
+		if d.migMode != nvml.DEVICE_MIG_ENABLE {
+			return nil, nvml.ERROR_NOT_SUPPORTED
+		}
+		var out []nvml.GpuInstance
+		for _, gi := range d.sortedGIsLocked() {
+			if gi.prof.ID == p.ID {
+				out = append(out, gi)
+			}
+		}
+		return out, nvml.SUCCESS
+	}
+	d.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) {
+		d.srv.mu.Lock()
+		defer d.srv.mu.Unlock()
+		if d.migMode != nvml.DEVICE_MIG_ENABLE {
+			return nil, nvml.ERROR_NOT_SUPPORTED
+		}
+		if gi, ok := d.gis[uint32(id)]; ok && id >= 0 {
+			return gi, nvml.SUCCESS
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+}
+
+// profileFor resolves the profile info a caller passes back to NVML.
+func (d *device) profileFor(info *nvml.GpuInstanceProfileInfo) *GPUInstanceProfile {
+	if info == nil {
+		return nil
+	}
+	return d.model().MIG.profileByID(info.Id)
+}

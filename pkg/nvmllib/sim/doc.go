@@ -1,0 +1,99 @@
+// Package sim simulates the NVML library of a GPU node, so that the plugin
+// can run, and be tested, on machines without NVIDIA GPUs.
+//
+// A simulated node is described by a profile: a YAML file naming the GPUs
+// of the node, their PCI addresses and NUMA nodes, and the driver version.
+// GPU models come from a built-in catalogue (models/*.yaml) or are defined
+// in the profile itself. Built-in profiles (profiles/*.yaml): dgx-a100,
+// dgx-h100, h200, l4 and mixed. profiles/README.md documents the format
+// with a full example; in short:
+//
+//	name: my-node                  # optional when loaded from my-node.yaml
+//	description: two H100 and an L4
+//	driverVersion: "570.124.06"    # quote it
+//	cudaDriverVersion: "12.8"      # reported by NVML as 12080
+//	gpus:                          # one entry per group of identical GPUs
+//	  - model: h100-sxm5-80gb      # a catalogue model or one from models:
+//	    count: 2                   # default 1, or the number of devices
+//	    numaNode: 0                # defaults for the group...
+//	    devices:                   # ...and per-GPU overrides, in order
+//	      - {pciBusID: "0000:1b:00.0", pcieRoot: pci0000:15, migEnabled: true,
+//	         migDevices: [3g.40gb, 3g.40gb]}
+//	      - {pciBusID: "0000:43:00.0", pcieRoot: pci0000:3d}
+//	  - model: l4                  # no pciBusID: the lowest free bus is used
+//	models: []                     # optional, same schema as the catalogue
+//
+// Decoding is strict: unknown fields, duplicate keys and values of the wrong
+// type are errors, and every error names the field, such as
+// `gpus[1].model: unknown model "h1000", known: ...`.
+//
+// # The simulated library
+//
+// NewServer turns a profile into a Server, an nvml.Interface built on the
+// go-nvml mocks. GPUs are enumerated in PCI bus order. Their UUIDs are
+// derived from (node name, profile name, GPU index) with uuid.NewSHA1, so a
+// node keeps its UUIDs across restarts and two nodes never share them.
+// Like real NVML, the Server must be initialized (Init) before use; Init and
+// Shutdown are reference-counted. Library-level calls then answer
+// ERROR_UNINITIALIZED; handles obtained earlier keep working (a
+// simplification).
+//
+// Modelled calls: Init, InitWithFlags, Shutdown, ErrorString, Extensions
+// (LookupSymbol), SystemGetDriverVersion, SystemGetNVMLVersion,
+// SystemGetCudaDriverVersion(_v2), DeviceGetCount, DeviceGetHandleByIndex,
+// DeviceGetHandleByUUID (GPU and MIG UUIDs), DeviceGetHandleByPciBusId (any
+// of the forms "0000:1b:00.0", "00000000:1B:00.0", "1b:00.0"),
+// DeviceGetHandleBySerial; and on a GPU: GetUUID, GetName, GetBrand,
+// GetArchitecture, GetCudaComputeCapability, GetIndex, GetMinorNumber,
+// GetSerial, GetBoardPartNumber, GetMemoryInfo(_v2), GetPciInfo (busId
+// "00000000:1B:00.0", busIdLegacy "0000:1B:00.0"), GetPciInfoExt,
+// GetNumaNodeId, Get/SetComputeMode, IsMigDeviceHandle, and the MIG calls
+// below. Interface methods of the form DeviceXxx(device, ...) call the
+// device's Xxx, as in the real library. Every other call answers
+// nvml.ERROR_NOT_SUPPORTED (and zero values) instead of panicking.
+//
+// Exception: the handler-returning calls (GetGpuInstanceProfileInfoV,
+// GetComputeInstanceProfileInfoV, GetGpuInstanceProfileInfoByIdV,
+// GetTemperatureV, ...) return zero handlers whose V1/V2/V3 methods call the
+// C library; do not use them on a simulated device. Use the non-V calls.
+//
+// # MIG
+//
+// For MIG-capable models the Server models: Get/SetMigMode (a change takes
+// effect at once; disabling fails with ERROR_IN_USE while GPU instances
+// exist), GetMaxMigDeviceCount, GetGpuInstanceProfileInfo (available in
+// either MIG mode; IDs are the unique profile IDs real NVML reports, e.g. 19
+// for 1g.10gb), GetGpuInstancePossiblePlacements (in memory slices, as NVML
+// reports them), GetGpuInstanceRemainingCapacity, CreateGpuInstance (picks
+// the highest free placement, as NVML does), CreateGpuInstanceWithPlacement,
+// GetGpuInstances, GetGpuInstanceById, and on GPU instances GetInfo,
+// Destroy (ERROR_IN_USE while compute instances exist),
+// GetComputeInstanceProfileInfo, GetComputeInstancePossiblePlacements,
+// GetComputeInstanceRemainingCapacity, CreateComputeInstance(WithPlacement),
+// GetComputeInstances, GetComputeInstanceById; on compute instances GetInfo
+// and Destroy. Overlapping placements, exceeding the compute slices or an
+// instance limit (one "+me" instance) fail with ERROR_INSUFFICIENT_RESOURCES;
+// a placement that is not in the profile's list fails with
+// ERROR_INVALID_ARGUMENT. Creating instances needs MIG mode enabled
+// (ERROR_NOT_SUPPORTED otherwise).
+//
+// GPU instance IDs follow NVML's placement tree (on 8 memory slices: 0 for
+// the full GPU, 1-2 for halves, 3-6 for quarters, 7-14 for eighths).
+// Compute instance profiles are derived from the GPU instance profile (see
+// geometry.go). Each compute instance is a MIG device, listed by
+// GetMigDeviceHandleByIndex in (GPU instance ID, compute instance ID) order,
+// with UUID "MIG-<uuid>", IsMigDeviceHandle, GetDeviceHandleFromMigDeviceHandle,
+// GetGpuInstanceId, GetComputeInstanceId, GetName ("NVIDIA H100 80GB HBM3 MIG
+// 3g.40gb"), GetMemoryInfo(_v2), GetAttributes, and the parent's brand,
+// architecture, compute capability, PCI info and NUMA node. Handles of
+// destroyed instances answer ERROR_INVALID_ARGUMENT.
+//
+// Not modelled: processes, utilization, clocks, power, temperatures, ECC,
+// NVLink, events, vGPU, and MIG compute instance engine profiles other than
+// the shared one.
+//
+// All Server methods are safe for concurrent use: one mutex guards the
+// mutable state (MIG mode, compute mode, GPU and compute instances). The
+// go-nvml mocks record every call (XxxCalls), so a long-running simulated
+// plugin grows slowly with the number of NVML calls it makes.
+package sim

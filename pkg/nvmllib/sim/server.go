@@ -1,0 +1,221 @@
+package sim
+
+import (
+	"crypto/sha1"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/google/uuid"
+)
+
+// uuidNamespace seeds all simulated UUIDs (uuid.NewSHA1). Never change it:
+// doing so would change the UUIDs of every simulated node.
+var uuidNamespace = uuid.MustParse("155503e5-babc-4709-b485-2f26f1d4eea4")
+
+// Server is a simulated NVML library for one node. It implements
+// nvml.Interface and is safe for concurrent use.
+//
+// Like the go-nvml mocks it embeds, a Server can be adjusted in tests by
+// replacing its XxxFunc fields (for example to inject an error) before it is
+// shared between goroutines.
+type Server struct {
+	mock.Interface
+	mock.ExtendedInterface
+
+	profile  *Profile
+	nodeName string
+	devices  []*device
+
+	// mu guards refcount and the mutable state of all devices: MIG mode,
+	// compute mode, GPU and compute instances. One lock keeps the lock order
+	// trivial; the simulator is not performance-critical.
+	mu       sync.Mutex
+	refcount int
+}
+
+var (
+	_ nvml.Interface         = (*Server)(nil)
+	_ nvml.ExtendedInterface = (*Server)(nil)
+)
+
+// NewServer builds a simulated NVML library for profile p on node nodeName.
+// GPU UUIDs derive from (nodeName, p.Name, GPU index), so they are stable
+// across restarts on one node and differ between nodes. Like real NVML,
+// the server must be initialized with Init before use and released with
+// Shutdown. p must come from Parse or Load and must not be modified.
+func NewServer(p *Profile, nodeName string) *Server {
+	s := &Server{profile: p, nodeName: nodeName}
+	for i := range p.GPUs {
+		s.devices = append(s.devices, newDevice(s, &p.GPUs[i]))
+	}
+	s.setFuncs()
+	fillUnset(&s.Interface, true)
+	fillUnset(&s.ExtendedInterface, false)
+	for _, d := range s.devices {
+		d.createInitialMIGDevices()
+	}
+	return s
+}
+
+// Profile returns the profile the server simulates.
+func (s *Server) Profile() *Profile { return s.profile }
+
+// PCIeRoot returns the PCIe root complex (e.g. "pci0000:00") of the GPU with
+// the given PCI bus ID, in any of the forms NVML and sysfs use. NVML does
+// not report it; on a real node it comes from sysfs. It returns false for
+// an unknown bus ID or when the profile does not name the root.
+func (s *Server) PCIeRoot(pciBusID string) (string, bool) {
+	addr, err := parsePCIAddress(pciBusID)
+	if err != nil {
+		return "", false
+	}
+	for _, d := range s.devices {
+		if d.addr == addr {
+			return d.gpu.PCIeRoot, d.gpu.PCIeRoot != ""
+		}
+	}
+	return "", false
+}
+
+func (s *Server) gpuUUID(index int) string {
+	key := fmt.Sprintf("gpu/%s/%s/%d", s.nodeName, s.profile.Name, index)
+	return "GPU-" + uuid.NewSHA1(uuidNamespace, []byte(key)).String()
+}
+
+// serialFor derives a stable 13-digit board serial number from a UUID.
+func serialFor(id string) string {
+	sum := sha1.Sum([]byte(id))
+	return "1" + fmt.Sprintf("%012d", binary.BigEndian.Uint64(sum[:8])%1_000_000_000_000)
+}
+
+// initialized returns ERROR_UNINITIALIZED unless Init was called.
+func (s *Server) initialized() nvml.Return {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refcount == 0 {
+		return nvml.ERROR_UNINITIALIZED
+	}
+	return nvml.SUCCESS
+}
+
+var errUninitialized = errors.New("simulated NVML is not initialized: call Init first")
+
+func (s *Server) setFuncs() {
+	s.InitFunc = func() nvml.Return {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.refcount++
+		return nvml.SUCCESS
+	}
+	s.InitWithFlagsFunc = func(uint32) nvml.Return { return s.Init() }
+	s.ShutdownFunc = func() nvml.Return {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.refcount == 0 {
+			return nvml.ERROR_UNINITIALIZED
+		}
+		s.refcount--
+		return nvml.SUCCESS
+	}
+	s.ErrorStringFunc = func(r nvml.Return) string { return r.Error() }
+	s.ExtensionsFunc = func() nvml.ExtendedInterface { return s }
+	s.LookupSymbolFunc = func(string) error {
+		if s.initialized() != nvml.SUCCESS {
+			return errUninitialized
+		}
+		return nil // every symbol "exists": unmodelled calls answer ERROR_NOT_SUPPORTED
+	}
+
+	s.SystemGetDriverVersionFunc = func() (string, nvml.Return) {
+		if ret := s.initialized(); ret != nvml.SUCCESS {
+			return "", ret
+		}
+		return s.profile.DriverVersion, nvml.SUCCESS
+	}
+	s.SystemGetNVMLVersionFunc = func() (string, nvml.Return) {
+		if ret := s.initialized(); ret != nvml.SUCCESS {
+			return "", ret
+		}
+		// Real NVML reports "<CUDA major>.<driver version>", e.g. "12.550.90.07".
+		return strconv.Itoa(s.profile.CUDADriverVersion/1000) + "." + s.profile.DriverVersion, nvml.SUCCESS
+	}
+	s.SystemGetCudaDriverVersionFunc = func() (int, nvml.Return) {
+		if ret := s.initialized(); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return s.profile.CUDADriverVersion, nvml.SUCCESS
+	}
+	s.SystemGetCudaDriverVersion_v2Func = s.SystemGetCudaDriverVersionFunc
+
+	s.DeviceGetCountFunc = func() (int, nvml.Return) {
+		if ret := s.initialized(); ret != nvml.SUCCESS {
+			return 0, ret
+		}
+		return len(s.devices), nvml.SUCCESS
+	}
+	s.DeviceGetHandleByIndexFunc = func(index int) (nvml.Device, nvml.Return) {
+		if ret := s.initialized(); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		if index < 0 || index >= len(s.devices) {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return s.devices[index], nvml.SUCCESS
+	}
+	s.DeviceGetHandleByUUIDFunc = func(id string) (nvml.Device, nvml.Return) {
+		if ret := s.initialized(); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		return s.deviceByUUID(id)
+	}
+	s.DeviceGetHandleByPciBusIdFunc = func(busID string) (nvml.Device, nvml.Return) {
+		if ret := s.initialized(); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		addr, err := parsePCIAddress(busID)
+		if err != nil {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		for _, d := range s.devices {
+			if d.addr == addr {
+				return d, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	s.DeviceGetHandleBySerialFunc = func(serial string) (nvml.Device, nvml.Return) {
+		if ret := s.initialized(); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		for _, d := range s.devices {
+			if d.serial == serial {
+				return d, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+}
+
+// deviceByUUID finds a GPU or, like real NVML, a MIG device by UUID.
+func (s *Server) deviceByUUID(id string) (nvml.Device, nvml.Return) {
+	for _, d := range s.devices {
+		if d.uuid == id {
+			return d, nvml.SUCCESS
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.devices {
+		for _, m := range d.migDevicesLocked() {
+			if m.uuid == id {
+				return m, nvml.SUCCESS
+			}
+		}
+	}
+	return nil, nvml.ERROR_NOT_FOUND
+}
