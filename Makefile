@@ -16,7 +16,7 @@ all: build
 
 build: ## Build the binaries into _output/bin
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -o $(BIN)/ ./cmd/...
+	$(GO) build -trimpath -o $(BIN)/ ./cmd/... ./test/cmd/...
 
 test: unit ## Everything CI runs: vet, unit tests with the race detector, fuzz seeds
 
@@ -35,7 +35,7 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 lint: vet $(GOLANGCI_LINT) ## go vet + golangci-lint
-	$(GOLANGCI_LINT) run $(PKGS)
+	$(GOLANGCI_LINT) run --build-tags e2e $(PKGS)
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(dir $@)
@@ -47,6 +47,16 @@ bench: ## Benchmarks (prepare/unprepare, slice building); numbers go in README
 
 inspect: ## Show what a simulated DGX H100 node would publish
 	$(GO) run ./cmd/gpu-kubelet-plugin inspect --simulate=$${PROFILE:-dgx-h100}
+
+.PHONY: cluster-up cluster-down kubeconfig
+cluster-up: ## Start a local cluster (no Docker) with simulated GPU nodes; see test/cluster/cluster.sh
+	test/cluster/cluster.sh up
+
+cluster-down: ## Stop the local cluster and remove _output/cluster
+	test/cluster/cluster.sh down
+
+kubeconfig: ## Print the local cluster's admin kubeconfig path (use: make -s kubeconfig)
+	@test/cluster/cluster.sh kubeconfig
 
 clean:
 	rm -rf $(OUTPUT)

@@ -266,7 +266,7 @@ func TestDecodeErrorUnwrapsFieldErrors(t *testing.T) {
 
 func TestEncode(t *testing.T) {
 	p := timeSliced(MediumTimeSlice)
-	p.TypeMeta.APIVersion, p.TypeMeta.Kind = "", ""
+	p.APIVersion, p.Kind = "", ""
 
 	data, err := Encode(p)
 	require.NoError(t, err)

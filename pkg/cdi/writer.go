@@ -105,7 +105,7 @@ func (w *Writer) Spec(claimUID string, devices []ClaimDevice) (*cdispec.Spec, er
 			ContainerEdits: e,
 		})
 	}
-	version, err := cdiapi.MinimumRequiredVersion(spec)
+	version, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
 		return nil, fmt.Errorf("determine CDI version of claim %s spec: %w", claimUID, err)
 	}

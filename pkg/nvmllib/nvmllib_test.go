@@ -56,7 +56,7 @@ func TestNewSimulatedUserProfile(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "lab.yaml"), []byte(doc), 0o600))
 	lib, err := New(Options{Simulate: "lab", ProfileDirs: []string{dir}})
 	require.NoError(t, err)
-	defer lib.Shutdown()
+	defer func() { _ = lib.Shutdown() }()
 	n, _ := lib.DeviceGetCount()
 	assert.Equal(t, 3, n)
 	assert.Equal(t, "lab", lib.(*sim.Server).Profile().Name)

@@ -33,7 +33,7 @@ func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
 	}
 	node, err := discovery.Discover(ctx, lib, discovery.Options{})
 	if err != nil {
-		lib.Shutdown()
+		_ = lib.Shutdown() // already failing; the discovery error is the one to report
 		return nil, fmt.Errorf("discover GPUs: %w", err)
 	}
 	klog.FromContext(ctx).Info("Discovered GPUs", "count", len(node.GPUs), "driverVersion", node.DriverVersion,
@@ -42,7 +42,11 @@ func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
 }
 
 // Close shuts NVML down.
-func (n *GPUNode) Close() { n.Lib.Shutdown() }
+func (n *GPUNode) Close() {
+	if ret := n.Lib.Shutdown(); ret != nvml.SUCCESS {
+		klog.Background().Error(ret, "NVML shutdown failed")
+	}
+}
 
 // Edits returns the CDI edits provider for the node: nvcdi's view of the
 // driver on real nodes, synthesized device nodes in simulation. Computed once.

@@ -32,7 +32,7 @@ func simNode(t testing.TB, profile, nodeName string) *model.Node {
 	require.NoError(t, err)
 	server := sim.NewServer(p, nodeName)
 	require.Equal(t, nvml.SUCCESS, server.Init())
-	t.Cleanup(func() { server.Shutdown() })
+	t.Cleanup(func() { _ = server.Shutdown() })
 	node, err := discovery.Discover(context.Background(), server, discovery.Options{})
 	require.NoError(t, err)
 	return node

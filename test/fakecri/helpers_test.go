@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2/ktesting"
-	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -98,7 +97,7 @@ func writeSpec(t *testing.T, dir, claimUID string, devices ...cdispec.Device) {
 			Mounts:      []*cdispec.Mount{{HostPath: "/host/libcuda.so.1", ContainerPath: "/usr/lib/libcuda.so.1", Options: []string{"ro", "bind"}}},
 		},
 	}
-	version, err := cdi.MinimumRequiredVersion(spec)
+	version, err := cdispec.MinimumRequiredVersion(spec)
 	require.NoError(t, err)
 	spec.Version = version
 	data, err := json.Marshal(spec)

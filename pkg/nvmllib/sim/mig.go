@@ -105,7 +105,8 @@ func (d *device) createInitialMIGDevices() {
 			continue // Parse rejects layouts that do not fit
 		}
 		if cp, ok := computeProfile(d.model().MIG, p, fullComputeProfile(p)); ok {
-			gi.createComputeInstanceLocked(cp, nil)
+			// A fresh GPU instance always has room for its full compute instance.
+			_, _ = gi.createComputeInstanceLocked(cp, nil)
 		}
 	}
 }

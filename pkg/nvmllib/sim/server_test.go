@@ -16,7 +16,7 @@ func newServer(t *testing.T, profile, node string) *Server {
 	require.NoError(t, err)
 	s := NewServer(p, node)
 	require.Equal(t, nvml.SUCCESS, s.Init())
-	t.Cleanup(func() { s.Shutdown() })
+	t.Cleanup(func() { _ = s.Shutdown() })
 	return s
 }
 

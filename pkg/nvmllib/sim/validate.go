@@ -147,7 +147,7 @@ func (g *gpuGroupSpec) expand(at string, models map[string]*Model, busIDs map[pc
 		return nil, fmt.Errorf("%s: only allowed for a single GPU; list one bus ID per GPU under devices", join(at, "pciBusID"))
 	}
 	base := GPU{Model: model}
-	if err := g.deviceSpec.apply(at, &base, busIDs); err != nil {
+	if err := g.apply(at, &base, busIDs); err != nil {
 		return nil, err
 	}
 	gpus := make([]GPU, count)
