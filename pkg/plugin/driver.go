@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,43 +58,83 @@ func Run(ctx context.Context, o *Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-
-	gpus, err := OpenNode(ctx, o)
+	client, err := kubeClient(o)
 	if err != nil {
 		return err
 	}
-	defer gpus.Close()
-	edits, err := gpus.Edits(o)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	p, err := Start(ctx, o, client, cancel)
 	if err != nil {
 		return err
+	}
+	defer p.Stop()
+	<-ctx.Done()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// Plugin is a started kubelet plugin.
+type Plugin struct {
+	Helper  *kubeletplugin.Helper
+	Manager *prepare.Manager
+	gpus    *GPUNode
+}
+
+// Stop stops serving and releases NVML. Prepared claims stay prepared.
+func (p *Plugin) Stop() {
+	p.Helper.Stop()
+	p.gpus.Close()
+}
+
+// Start discovers the GPUs, recovers the checkpoint, serves the kubelet's
+// DRA API and starts publishing the node's ResourceSlice. fatal is called
+// for background errors that need a restart.
+func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal context.CancelCauseFunc) (_ *Plugin, err error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	logger := klog.FromContext(ctx)
+	if fi, err := os.Stat(o.KubeletRegistrarDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("kubelet plugin registration directory %s is missing: is the kubelet running with this root directory? (--kubelet-registrar-directory)", o.KubeletRegistrarDir)
+	}
+	if err := os.MkdirAll(o.PluginDataDir(), 0o750); err != nil {
+		return nil, fmt.Errorf("create plugin directory: %w", err)
+	}
+	gpus, err := OpenNode(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			gpus.Close()
+		}
+	}()
+	edits, err := gpus.Edits(o)
+	if err != nil {
+		return nil, err
 	}
 	writer, err := cdi.NewWriter(o.CDIRoot, edits)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	store, err := checkpoint.Open(checkpoint.Options{Dir: o.CheckpointDir(), SyncDir: o.CheckpointSyncDir})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	manager := prepare.New(prepare.Config{
 		DriverName: o.DriverName, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
 	})
 	if _, err := manager.Recover(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	resources, err := slice.Resources(o.NodeName, gpus.Node, slice.Options{MaxDevicesPerSlice: o.MaxDevicesPerSlice})
 	if err != nil {
-		return fmt.Errorf("build ResourceSlice: %w", err)
+		return nil, fmt.Errorf("build ResourceSlice: %w", err)
 	}
-
-	client, err := kubeClient(o)
-	if err != nil {
-		return err
-	}
-	driver := &Driver{manager: manager, cancel: cancel}
+	driver := &Driver{manager: manager, cancel: fatal}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(o.DriverName),
 		kubeletplugin.NodeName(o.NodeName),
@@ -109,19 +150,15 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	helper, err := kubeletplugin.Start(ctx, driver, opts...)
 	if err != nil {
-		return fmt.Errorf("start kubelet plugin: %w", err)
+		return nil, fmt.Errorf("start kubelet plugin: %w", err)
 	}
-	defer helper.Stop()
 	if err := helper.PublishResources(ctx, resources); err != nil {
-		return fmt.Errorf("publish ResourceSlices: %w", err)
+		helper.Stop()
+		return nil, fmt.Errorf("publish ResourceSlices: %w", err)
 	}
 	logger.Info("gpu-kubelet-plugin running", "node", o.NodeName, "driver", o.DriverName, "gpus", len(gpus.Node.GPUs),
 		"cdiRoot", o.CDIRoot, "dataDir", o.PluginDataDir())
-	<-ctx.Done()
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause
-	}
-	return nil
+	return &Plugin{Helper: helper, Manager: manager, gpus: gpus}, nil
 }
 
 func kubeClient(o *Options) (kubernetes.Interface, error) {
