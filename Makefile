@@ -10,7 +10,7 @@ GOLANGCI_LINT := $(OUTPUT)/tools/golangci-lint
 PKGS := ./...
 BENCH_PKGS := ./pkg/...
 
-.PHONY: all build test unit lint vet fmt bench demo inspect clean tools
+.PHONY: all build test unit e2e lint vet fmt bench demo inspect clean tools k8s-binaries
 
 all: build
 
@@ -18,11 +18,24 @@ build: ## Build the binaries into _output/bin
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/... ./test/cmd/...
 
-test: unit ## Everything CI runs: vet, unit tests with the race detector, fuzz seeds
+test: unit e2e ## The README's test command: vet, unit tests with the race detector, fuzz seeds, e2e on the local cluster
 
 unit:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 $(PKGS)
+
+k8s-binaries: ## etcd + Kubernetes binaries for the local cluster (cached in _output/bin)
+	./hack/build-k8s.sh
+
+e2e: build k8s-binaries ## e2e suite against the local cluster (starts it, tears it down; E2E_KEEP_CLUSTER=1 keeps it)
+	$(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/
+
+bench-cluster: build k8s-binaries ## Pod create->Running with and without a GPU claim on the local cluster
+	@mkdir -p $(OUTPUT)/bench
+	$(GO) test -tags e2e -run '^$$' -bench PodCreateToRunning -benchtime $${N:-50}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/cluster.txt
+
+demo: build k8s-binaries ## The README's first command
+	./demo/run.sh
 
 fuzz: ## Run every fuzz target briefly (FUZZTIME=10s by default)
 	@for t in "FuzzDecode ./api/v1alpha1" "FuzzDecode ./pkg/checkpoint"; do \

@@ -63,42 +63,37 @@ func New(cfg Config) *Manager {
 
 // PrepareClaims prepares claims concurrently and returns one result per claim.
 func (m *Manager) PrepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
-	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	if len(claims) == 1 {
-		devs, err := m.Prepare(ctx, claims[0])
-		results[claims[0].UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
-		return results
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, claim := range claims {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			devs, err := m.Prepare(ctx, claim)
-			mu.Lock()
-			results[claim.UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return results
+	return forEach(claims, func(c *resourceapi.ResourceClaim) (types.UID, kubeletplugin.PrepareResult) {
+		devs, err := m.Prepare(ctx, c)
+		return c.UID, kubeletplugin.PrepareResult{Devices: devs, Err: err}
+	})
 }
 
 // UnprepareClaims unprepares claims concurrently.
 func (m *Manager) UnprepareClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
-	results := make(map[types.UID]error, len(claims))
+	return forEach(claims, func(c kubeletplugin.NamespacedObject) (types.UID, error) {
+		return c.UID, m.Unprepare(ctx, c)
+	})
+}
+
+// forEach runs f for every item, concurrently when there is more than one
+// (claims lock only their own devices), and collects the results by key.
+func forEach[T any, R any](items []T, f func(T) (types.UID, R)) map[types.UID]R {
+	results := make(map[types.UID]R, len(items))
+	if len(items) == 1 {
+		k, r := f(items[0])
+		results[k] = r
+		return results
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, claim := range claims {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := m.Unprepare(ctx, claim)
+	for _, item := range items {
+		wg.Go(func() {
+			k, r := f(item)
 			mu.Lock()
-			results[claim.UID] = err
+			results[k] = r
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	return results

@@ -1,0 +1,247 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+const driver = "gpu.gpudra.io"
+
+// namespace creates a fresh namespace for one test and deletes it after.
+func namespace(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("e2e-%s-%d", strings.ToLower(regexp.MustCompile(`[^a-zA-Z0-9]+`).ReplaceAllString(t.Name(), "-")), time.Now().UnixNano()%100000)
+	if len(name) > 60 {
+		name = name[len(name)-60:]
+		name = strings.TrimLeft(name, "-")
+	}
+	_, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+		// Wait for the pods to go so later tests start from free GPUs.
+		_ = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			pods, err := client.CoreV1().Pods(name).List(ctx, metav1.ListOptions{})
+			return err == nil && len(pods.Items) == 0, nil
+		})
+	})
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("default ServiceAccount in %s never appeared: %v", name, err)
+	}
+	return name
+}
+
+// applySpec applies a demo spec into ns (its objects say namespace: demo).
+func applySpec(t *testing.T, ns, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyYAML(t, ns, strings.ReplaceAll(string(data), "namespace: demo", "namespace: "+ns))
+}
+
+func applyYAML(t *testing.T, ns, manifest string) {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(manifest); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if out, err := kubectl("-n", ns, "apply", "-f", f.Name()); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+}
+
+func waitRunning(t *testing.T, ns string, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			return p.Status.Phase == v1.PodRunning, nil
+		})
+		if err != nil {
+			out, _ := kubectl("-n", ns, "describe", "pod", name)
+			t.Fatalf("pod %s/%s not Running: %v\n%s", ns, name, err, out)
+		}
+	}
+}
+
+func pod(t *testing.T, ns, name string) *v1.Pod {
+	t.Helper()
+	p, err := client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// seenGPU is one "GPU i: <product> (UUID: <uuid>)" line of a container log,
+// written by the fake runtime from what CDI injected.
+type seenGPU struct{ Product, UUID string }
+
+var gpuLine = regexp.MustCompile(`^GPU \d+: (.+) \(UUID: (\S+)\)$`)
+
+func containerGPUs(t *testing.T, ns, podName, container string) []seenGPU {
+	t.Helper()
+	var out string
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		out, err = kubectl("-n", ns, "logs", podName, "-c", container)
+		return err == nil && strings.Contains(out, "cdi-devices:"), nil
+	})
+	if err != nil {
+		t.Fatalf("logs of %s/%s[%s]: %v\n%s", ns, podName, container, err, out)
+	}
+	var gpus []seenGPU
+	for _, line := range strings.Split(out, "\n") {
+		if m := gpuLine.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
+			gpus = append(gpus, seenGPU{Product: m[1], UUID: m[2]})
+		}
+	}
+	return gpus
+}
+
+// device is a device of a ResourceSlice.
+type device struct {
+	node, name, uuid, product, pcieRoot string
+}
+
+func sliceDevices(t *testing.T) map[string]device {
+	t.Helper()
+	slices, err := client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]device{}
+	for _, s := range slices.Items {
+		if s.Spec.Driver != driver {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			str := func(n resourceapi.QualifiedName) string {
+				if v := d.Attributes[n].StringValue; v != nil {
+					return *v
+				}
+				return ""
+			}
+			out[s.Spec.Pool.Name+"/"+d.Name] = device{node: s.Spec.Pool.Name, name: d.Name, uuid: str("uuid"),
+				product: str("productName"), pcieRoot: str("resource.kubernetes.io/pcieRoot")}
+		}
+	}
+	return out
+}
+
+// allocatedDevices returns the devices allocated to the claims of a pod,
+// sorted by UUID.
+func allocatedDevices(t *testing.T, p *v1.Pod) []device {
+	t.Helper()
+	devices := sliceDevices(t)
+	var out []device
+	for _, st := range p.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName == nil {
+			continue
+		}
+		out = append(out, claimDevices(t, devices, p.Namespace, *st.ResourceClaimName)...)
+	}
+	if p.Status.ExtendedResourceClaimStatus != nil {
+		out = append(out, claimDevices(t, devices, p.Namespace, p.Status.ExtendedResourceClaimStatus.ResourceClaimName)...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].uuid < out[j].uuid })
+	return out
+}
+
+func claimDevices(t *testing.T, devices map[string]device, ns, name string) []device {
+	c, err := client.ResourceV1().ResourceClaims(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("claim %s/%s: %v", ns, name, err)
+	}
+	if c.Status.Allocation == nil {
+		t.Fatalf("claim %s/%s is not allocated", ns, name)
+	}
+	var out []device
+	for _, r := range c.Status.Allocation.Devices.Results {
+		d, ok := devices[r.Pool+"/"+r.Device]
+		if !ok {
+			t.Fatalf("claim %s/%s allocated %s/%s which no ResourceSlice lists", ns, name, r.Pool, r.Device)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// assertSeesAllocation checks that a container sees exactly the GPUs that
+// the scheduler allocated to its pod's claims, with the right product names.
+func assertSeesAllocation(t *testing.T, ns, podName, container string) []device {
+	t.Helper()
+	p := pod(t, ns, podName)
+	want := allocatedDevices(t, p)
+	got := containerGPUs(t, ns, podName, container)
+	sort.Slice(got, func(i, j int) bool { return got[i].UUID < got[j].UUID })
+	if len(got) != len(want) {
+		t.Fatalf("%s/%s[%s] sees %d GPUs %v, allocation has %d %v", ns, podName, container, len(got), got, len(want), want)
+	}
+	for i := range want {
+		if got[i].UUID != want[i].uuid || got[i].Product != want[i].product {
+			t.Fatalf("%s/%s[%s] sees %v, allocated %v", ns, podName, container, got[i], want[i])
+		}
+		if want[i].node != p.Spec.NodeName {
+			t.Fatalf("pod on %s got a device of pool %s", p.Spec.NodeName, want[i].node)
+		}
+	}
+	return want
+}
+
+func fileGone(t *testing.T, path string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(path)
+		return os.IsNotExist(err), nil
+	})
+	if err != nil {
+		t.Fatalf("%s still exists after the pod was deleted", path)
+	}
+}
+
+func deletePod(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	zero := int64(0)
+	if err := client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s not deleted: %v", ns, name, err)
+	}
+}

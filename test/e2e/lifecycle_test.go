@@ -1,0 +1,184 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+const claimPod = `
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-h100}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.gpudra.io
+          selectors:
+          - cel: {expression: 'device.attributes["gpu.gpudra.io"].productName == "NVIDIA H100 80GB HBM3"'}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: POD}
+spec:
+  containers:
+  - name: cuda
+    image: nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04
+    resources: {claims: [{name: gpu}]}
+  resourceClaims:
+  - {name: gpu, resourceClaimTemplateName: one-h100}
+`
+
+func podWithClaim(t *testing.T, ns, name string) (claimUID string) {
+	t.Helper()
+	applyYAML(t, ns, strings.ReplaceAll(claimPod, "POD", name))
+	waitRunning(t, ns, name)
+	assertSeesAllocation(t, ns, name, "cuda")
+	p := pod(t, ns, name)
+	c, err := client.ResourceV1().ResourceClaims(ns).Get(context.Background(), *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(c.UID)
+}
+
+func specPath(node, claimUID string) string {
+	return filepath.Join(cdiDir(node), "k8s.gpu.gpudra.io-claim_"+claimUID+".json")
+}
+
+func TestDeletePodUnprepares(t *testing.T) {
+	ns := namespace(t)
+	uid := podWithClaim(t, ns, "short-lived")
+	for _, f := range []string{specPath("gpu-h100", uid), filepath.Join(checkpointDir("gpu-h100"), uid+".json")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("while the pod runs, %s must exist: %v", f, err)
+		}
+	}
+	deletePod(t, ns, "short-lived")
+	fileGone(t, specPath("gpu-h100", uid))
+	fileGone(t, filepath.Join(checkpointDir("gpu-h100"), uid+".json"))
+}
+
+func TestPluginRestartKeepsClaimsAndServesNewOnes(t *testing.T) {
+	ns := namespace(t)
+	uid := podWithClaim(t, ns, "before-restart")
+	clusterCmd(t, "restart-plugin", "gpu-h100") // kill -9, then start again
+	waitSliceDevices(t, "gpu-h100", 8)
+	// The running pod's claim survived: checkpoint and spec are still there.
+	if _, err := os.Stat(specPath("gpu-h100", uid)); err != nil {
+		t.Fatalf("CDI spec of a running pod lost across a plugin restart: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(checkpointDir("gpu-h100"), uid+".json")); err != nil {
+		t.Fatalf("checkpoint of a running pod lost across a plugin restart: %v", err)
+	}
+	// New claims are served, and never get the GPU the first pod holds.
+	podWithClaim(t, ns, "after-restart")
+	a := allocatedDevices(t, pod(t, ns, "before-restart"))
+	b := allocatedDevices(t, pod(t, ns, "after-restart"))
+	if a[0].uuid == b[0].uuid {
+		t.Fatalf("both pods got %s", a[0].uuid)
+	}
+	// And the old claim still unprepares cleanly through the new process.
+	deletePod(t, ns, "before-restart")
+	fileGone(t, specPath("gpu-h100", uid))
+}
+
+func TestPluginComesBackAndRepublishesSlice(t *testing.T) {
+	clusterCmd(t, "stop-plugin", "gpu-mixed")
+	// Lose the slice while the plugin is down (as if an admin deleted it).
+	if out, err := kubectl("delete", "resourceslices", "--field-selector", "spec.nodeName=gpu-mixed"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	waitSliceDevices(t, "gpu-mixed", 0)
+	clusterCmd(t, "start-plugin", "gpu-mixed")
+	waitSliceDevices(t, "gpu-mixed", 4)
+}
+
+func TestInvalidParametersBlockContainerCreation(t *testing.T) {
+	ns := namespace(t)
+	applyYAML(t, ns, `
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: bad-params}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu.gpudra.io}
+    config:
+    - requests: [gpu]
+      opaque:
+        driver: gpu.gpudra.io
+        parameters:
+          apiVersion: resource.gpudra.io/v1alpha1
+          kind: GpuClaimParameters
+          sharing: {strategy: Sometimes}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bad-params}
+spec:
+  containers:
+  - name: cuda
+    image: nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04
+    resources: {claims: [{name: gpu}]}
+  resourceClaims:
+  - {name: gpu, resourceClaimName: bad-params}
+`)
+	var msg string
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		evs, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=bad-params"})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, "sharing.strategy") {
+				msg = e.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		out, _ := kubectl("-n", ns, "describe", "pod", "bad-params")
+		t.Fatalf("no event naming the bad field:\n%s", out)
+	}
+	if !strings.Contains(msg, "Sometimes") || !strings.Contains(msg, "TimeSlicing") {
+		t.Errorf("event should name the bad value and what is allowed: %q", msg)
+	}
+	p := pod(t, ns, "bad-params")
+	if p.Status.Phase != "Pending" || len(p.Status.ContainerStatuses) == 0 ||
+		p.Status.ContainerStatuses[0].State.Waiting == nil || p.Status.ContainerStatuses[0].State.Waiting.Reason != "ContainerCreating" {
+		t.Errorf("pod should stay in ContainerCreating, status: %+v", p.Status)
+	}
+}
+
+func waitSliceDevices(t *testing.T, node string, n int) {
+	t.Helper()
+	got := -1
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return false, nil
+		}
+		got = 0
+		for _, s := range slices.Items {
+			got += len(s.Spec.Devices)
+		}
+		return got == n, nil
+	})
+	if err != nil {
+		t.Fatalf("node %s: want %d devices in its ResourceSlices, got %d", node, n, got)
+	}
+}
