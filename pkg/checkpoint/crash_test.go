@@ -25,7 +25,7 @@ func TestCrashLeavesTempFile(t *testing.T) {
 	full, err := encode(&newer)
 	require.NoError(t, err)
 	for i, n := range []int{0, len(full) / 2, len(full)} { // empty, half, complete but not renamed
-		name := filepath.Join(dir, fmt.Sprintf(".abc.json.tmp-crash%d", i))
+		name := filepath.Join(s.Dir(), fmt.Sprintf(".abc.json.tmp-crash%d", i))
 		require.NoError(t, os.WriteFile(name, full[:n], 0o600))
 	}
 
@@ -40,7 +40,7 @@ func TestCrashLeavesTempFile(t *testing.T) {
 
 	// After a restart the leftovers are gone and the record is unchanged.
 	s2 := openTestStore(t, dir, testBootID)
-	assertNoTempFiles(t, dir)
+	assertNoTempFiles(t, s2.Dir())
 	got, err = s2.Get("abc")
 	require.NoError(t, err)
 	assert.Equal(t, PrepareStarted, got.State)

@@ -2,8 +2,8 @@
 // claims the kubelet plugin has prepared, so that a restarted plugin can tell
 // which claims were fully prepared and which were interrupted half way.
 //
-// Every claim has its own file, <Dir>/<claimUID>.json, so independent claims
-// never contend on a shared file or lock. A record moves through the states
+// Every claim has its own file, <Dir>/<bootID>/<claimUID>.json, so
+// independent claims never contend on a shared file or lock. A record moves through the states
 // PrepareStarted (written before any side effect), PrepareCompleted (written
 // after all side effects) and optionally UnprepareStarted; it is deleted at
 // the end of unprepare.
@@ -38,9 +38,19 @@
 //
 // # Reboots
 //
-// Every record carries the boot ID of the boot that wrote it. Records from an
-// earlier boot are stale: their containers are gone and the kubelet prepares
-// the claims again. Store.LoadAll reports them separately and deletes nothing.
+// Records live in a directory per boot, and every record also carries the
+// boot ID. Records from an earlier boot are stale: their containers are gone
+// and the kubelet prepares the claims again. Store.LoadAll reports them
+// separately (unreadable ones too: a power loss, which always means a
+// reboot, can only have torn files of an earlier boot) and deletes nothing;
+// Store.PruneStale removes them once the caller has cleaned up.
+//
+// # Durability
+//
+// Put fsyncs the record before renaming it into place. PutVolatile skips the
+// fsync: its record survives a crash of the process (the kernel has it) but
+// not a power loss, which is fine for records that only matter until the
+// next reboot, such as PrepareStarted.
 package checkpoint
 
 import (

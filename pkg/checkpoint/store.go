@@ -50,7 +50,8 @@ func DefaultOptions(dir string) Options {
 // independent; operations on the same claim must be serialized by the caller
 // (the last completed Put or Delete wins).
 type Store struct {
-	dir     string
+	root    string // Options.Dir
+	dir     string // root/<bootID>: this boot's records
 	syncDir bool
 	bootID  string
 }
@@ -74,24 +75,34 @@ func Open(opts Options) (*Store, error) {
 		return nil, errors.New("open checkpoint store: the boot ID is empty; check that " + DefaultBootIDPath + " is readable")
 	}
 
-	dir := filepath.Clean(opts.Dir)
-	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return nil, fmt.Errorf("open checkpoint store: create directory %s: %w; check the path and the plugin's permissions", dir, err)
+	root := filepath.Clean(opts.Dir)
+	if strings.ContainsAny(bootID, `/\`) || bootID == "." || bootID == ".." {
+		return nil, fmt.Errorf("open checkpoint store: boot ID %q cannot name a directory", bootID)
 	}
-	fi, err := os.Stat(dir)
+	// Records live in one directory per boot. A power loss always means a
+	// reboot, so whatever a power loss may have half-written sits in the
+	// directory of an earlier boot, which is stale as a whole.
+	dir := filepath.Join(root, bootID)
+	if err := os.MkdirAll(root, dirMode); err != nil {
+		return nil, fmt.Errorf("open checkpoint store: create directory %s: %w; check the path and the plugin's permissions", root, err)
+	}
+	fi, err := os.Stat(root)
 	if err != nil {
 		return nil, fmt.Errorf("open checkpoint store: %w", err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("open checkpoint store: %s is not a directory; point Options.Dir at a directory", dir)
+		return nil, fmt.Errorf("open checkpoint store: %s is not a directory; point Options.Dir at a directory", root)
 	}
 	if fi.Mode().Perm() != dirMode {
-		if err := os.Chmod(dir, dirMode); err != nil {
-			return nil, fmt.Errorf("open checkpoint store: restrict %s to mode 0700: %w", dir, err)
+		if err := os.Chmod(root, dirMode); err != nil {
+			return nil, fmt.Errorf("open checkpoint store: restrict %s to mode 0700: %w", root, err)
 		}
 	}
+	if err := os.Mkdir(dir, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("open checkpoint store: create directory %s: %w", dir, err)
+	}
 
-	s := &Store{dir: dir, syncDir: opts.SyncDir, bootID: bootID}
+	s := &Store{root: root, dir: dir, syncDir: opts.SyncDir, bootID: bootID}
 	if err := s.removeTempFiles(); err != nil {
 		return nil, fmt.Errorf("open checkpoint store: %w", err)
 	}
@@ -137,7 +148,7 @@ func isTempName(name string) bool {
 // BootID returns the boot ID read by Open; Put stamps it on every record.
 func (s *Store) BootID() string { return s.bootID }
 
-// Dir returns the directory holding the records.
+// Dir returns the directory holding this boot's records.
 func (s *Store) Dir() string { return s.dir }
 
 // Path returns the file of the record for uid, or "" if uid is not a valid
@@ -153,7 +164,16 @@ func (s *Store) Path(uid string) string {
 // It sets rec.BootID and rec.Updated. When Put returns nil the record is on
 // stable storage (its directory entry too, if SyncDir is set); when it fails,
 // the earlier record, if any, is intact.
-func (s *Store) Put(rec *ClaimRecord) error {
+func (s *Store) Put(rec *ClaimRecord) error { return s.put(rec, true) }
+
+// PutVolatile writes rec atomically like Put but without fsync: the record
+// survives a crash of the process (the kernel keeps it), not a power loss.
+// That is enough for records that only matter until the next reboot — which
+// a power loss is — such as PrepareStarted: after a reboot every record of
+// the earlier boot is stale anyway.
+func (s *Store) PutVolatile(rec *ClaimRecord) error { return s.put(rec, false) }
+
+func (s *Store) put(rec *ClaimRecord, durable bool) error {
 	if rec == nil {
 		return errors.New("put checkpoint record: the record is nil")
 	}
@@ -174,7 +194,7 @@ func (s *Store) Put(rec *ClaimRecord) error {
 		return fmt.Errorf("put checkpoint record for claim %s: the record is %d bytes, more than the %d-byte limit; shrink the device configs",
 			rec.UID, len(b), maxRecordSize)
 	}
-	if err := s.writeAtomic(rec.UID, b); err != nil {
+	if err := s.writeAtomic(rec.UID, b, durable); err != nil {
 		return fmt.Errorf("put checkpoint record for claim %s: %w", rec.UID, err)
 	}
 	return nil
@@ -183,7 +203,7 @@ func (s *Store) Put(rec *ClaimRecord) error {
 // writeAtomic writes b to a temp file, fsyncs it, renames it over the record
 // and, if enabled, fsyncs the directory. A crash at any point leaves either
 // the old record or the new one, plus possibly a temp file that Open removes.
-func (s *Store) writeAtomic(uid string, b []byte) (err error) {
+func (s *Store) writeAtomic(uid string, b []byte, durable bool) (err error) {
 	f, err := os.CreateTemp(s.dir, "."+uid+tempInfix+"*") // mode 0600
 	if err != nil {
 		return fmt.Errorf("create temp file in %s: %w; check that the directory exists and is writable", s.dir, err)
@@ -198,8 +218,10 @@ func (s *Store) writeAtomic(uid string, b []byte) (err error) {
 	if _, err = f.Write(b); err != nil {
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", tmp, err)
+	if durable {
+		if err = f.Sync(); err != nil {
+			return fmt.Errorf("fsync %s: %w", tmp, err)
+		}
 	}
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp, err)
@@ -207,7 +229,7 @@ func (s *Store) writeAtomic(uid string, b []byte) (err error) {
 	if err = os.Rename(tmp, filepath.Join(s.dir, uid+fileSuffix)); err != nil {
 		return fmt.Errorf("rename %s into place: %w", tmp, err)
 	}
-	if s.syncDir {
+	if durable && s.syncDir {
 		// The record is in place; a failure here only means the rename may
 		// not survive a power loss, so do not remove anything.
 		return syncDir(s.dir)
@@ -281,49 +303,104 @@ type LoadResult struct {
 	// Current holds the records written during this boot, sorted by UID.
 	Current []*ClaimRecord
 	// Stale holds the records written during an earlier boot, sorted by
-	// UID. Their containers are gone; the caller decides what to clean up.
+	// UID. Their containers are gone; the caller cleans up what they left
+	// (e.g. CDI specs) and then calls PruneStale.
 	Stale []*ClaimRecord
-	// Corrupt holds one error per damaged record file, sorted by path.
-	// Those files are left in place.
+	// StaleCorrupt lists unreadable files of earlier boots (e.g. half
+	// written when the power went). They hold nothing that is still in use.
+	StaleCorrupt []*CorruptError
+	// Corrupt holds one error per damaged record file of this boot, sorted
+	// by path. Those files are left in place.
 	Corrupt []*CorruptError
 }
 
-// LoadAll reads every record in the directory and classifies it. It deletes
-// nothing. It ignores temp files and files that are not named
-// "<valid UID>.json". An error is returned only when a file or the directory
-// cannot be read at all, since the plugin cannot then know what is prepared.
+// LoadAll reads every record, of this boot and of earlier ones, and
+// classifies it. It deletes nothing. It ignores temp files and files that are
+// not named "<valid UID>.json". An error is returned only when a file or a
+// directory cannot be read at all, since the plugin cannot then know what is
+// prepared.
 func (s *Store) LoadAll() (*LoadResult, error) {
-	entries, err := os.ReadDir(s.dir)
-	if err != nil {
-		return nil, fmt.Errorf("load checkpoint records: list %s: %w", s.dir, err)
-	}
 	res := &LoadResult{}
+	if err := s.loadDir(s.dir, res, false); err != nil {
+		return nil, err
+	}
+	boots, err := s.staleBootDirs()
+	if err != nil {
+		return nil, err
+	}
+	for _, dir := range boots {
+		if err := s.loadDir(dir, res, true); err != nil {
+			return nil, err
+		}
+	}
+	byUID := func(a, b *ClaimRecord) int { return cmp.Compare(a.UID, b.UID) }
+	byPath := func(a, b *CorruptError) int { return cmp.Compare(a.Path, b.Path) }
+	slices.SortFunc(res.Current, byUID)
+	slices.SortFunc(res.Stale, byUID)
+	slices.SortFunc(res.Corrupt, byPath)
+	slices.SortFunc(res.StaleCorrupt, byPath)
+	return res, nil
+}
+
+func (s *Store) loadDir(dir string, res *LoadResult, stale bool) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("load checkpoint records: list %s: %w", dir, err)
+	}
 	for _, e := range entries {
 		name := e.Name()
 		uid, ok := strings.CutSuffix(name, fileSuffix)
 		if !ok || model.ValidateUID(uid) != nil || !e.Type().IsRegular() {
 			continue
 		}
-		rec, err := s.read(uid, filepath.Join(s.dir, name))
+		rec, err := s.read(uid, filepath.Join(dir, name))
 		var cerr *CorruptError
 		switch {
+		case errors.As(err, &cerr) && stale:
+			res.StaleCorrupt = append(res.StaleCorrupt, cerr)
 		case errors.As(err, &cerr):
 			res.Corrupt = append(res.Corrupt, cerr)
 		case errors.Is(err, fs.ErrNotExist):
 			// Deleted between listing and reading.
 		case err != nil:
-			return nil, fmt.Errorf("load checkpoint records: %w", err)
-		case rec.BootID == s.bootID:
+			return fmt.Errorf("load checkpoint records: %w", err)
+		case !stale && rec.BootID == s.bootID:
 			res.Current = append(res.Current, rec)
 		default:
 			res.Stale = append(res.Stale, rec)
 		}
 	}
-	byUID := func(a, b *ClaimRecord) int { return cmp.Compare(a.UID, b.UID) }
-	slices.SortFunc(res.Current, byUID)
-	slices.SortFunc(res.Stale, byUID)
-	slices.SortFunc(res.Corrupt, func(a, b *CorruptError) int { return cmp.Compare(a.Path, b.Path) })
-	return res, nil
+	return nil
+}
+
+// staleBootDirs lists the record directories of earlier boots.
+func (s *Store) staleBootDirs() ([]string, error) {
+	entries, err := os.ReadDir(s.root)
+	if err != nil {
+		return nil, fmt.Errorf("load checkpoint records: list %s: %w", s.root, err)
+	}
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != s.bootID && !strings.HasPrefix(e.Name(), ".") {
+			dirs = append(dirs, filepath.Join(s.root, e.Name()))
+		}
+	}
+	return dirs, nil
+}
+
+// PruneStale removes the record directories of earlier boots, after the
+// caller has cleaned up what their records describe.
+func (s *Store) PruneStale() error {
+	dirs, err := s.staleBootDirs()
+	if err != nil {
+		return err
+	}
+	for _, dir := range dirs {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove checkpoint records of an earlier boot (%s): %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // syncDir fsyncs a directory so that renames and removals in it are durable.

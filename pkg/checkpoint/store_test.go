@@ -190,13 +190,15 @@ func TestLoadAll(t *testing.T) {
 		require.NoError(t, s.Put(sampleRecord(uid)))
 	}
 	for _, uid := range []string{"bad-2", "bad-1"} {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, uid+".json"), []byte(`{"version":1`), 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), uid+".json"), []byte(`{"version":1`), 0o600))
 	}
+	// Half-written by a power loss in the earlier boot: stale, not corrupt.
+	require.NoError(t, os.WriteFile(filepath.Join(old.Dir(), "torn.json"), nil, 0o600))
 	// Ignored: foreign files, bad names, directories, temp files.
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "README"), []byte("x"), 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.b.json"), []byte("x"), 0o600))
-	require.NoError(t, os.Mkdir(filepath.Join(dir, "sub.json"), 0o700))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, ".c.json.tmp-1"), []byte("{"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), "README"), []byte("x"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), "a.b.json"), []byte("x"), 0o600))
+	require.NoError(t, os.Mkdir(filepath.Join(s.Dir(), "sub.json"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), ".c.json.tmp-1"), []byte("{"), 0o600))
 
 	res, err := s.LoadAll()
 	require.NoError(t, err)
@@ -206,13 +208,35 @@ func TestLoadAll(t *testing.T) {
 		assert.Equal(t, "old-boot", r.BootID)
 	}
 	require.Len(t, res.Corrupt, 2)
-	assert.Equal(t, filepath.Join(dir, "bad-1.json"), res.Corrupt[0].Path)
-	assert.Equal(t, filepath.Join(dir, "bad-2.json"), res.Corrupt[1].Path)
+	assert.Equal(t, filepath.Join(s.Dir(), "bad-1.json"), res.Corrupt[0].Path)
+	assert.Equal(t, filepath.Join(s.Dir(), "bad-2.json"), res.Corrupt[1].Path)
+	require.Len(t, res.StaleCorrupt, 1)
+	assert.Equal(t, filepath.Join(old.Dir(), "torn.json"), res.StaleCorrupt[0].Path)
 
 	// LoadAll deletes nothing.
 	res2, err := s.LoadAll()
 	require.NoError(t, err)
 	assert.Equal(t, res, res2)
+
+	// PruneStale removes the earlier boot's directory, torn file included,
+	// and nothing of this boot.
+	require.NoError(t, s.PruneStale())
+	assert.NoDirExists(t, old.Dir())
+	res3, err := s.LoadAll()
+	require.NoError(t, err)
+	assert.Empty(t, res3.Stale)
+	assert.Empty(t, res3.StaleCorrupt)
+	assert.Equal(t, res.Current, res3.Current)
+}
+
+func TestPutVolatile(t *testing.T) {
+	s := openTestStore(t, t.TempDir(), testBootID)
+	rec := sampleRecord("v")
+	require.NoError(t, s.PutVolatile(rec))
+	got, err := s.Get("v")
+	require.NoError(t, err)
+	assert.Equal(t, rec.State, got.State)
+	assertNoTempFiles(t, s.Dir())
 }
 
 func TestLoadAllEmpty(t *testing.T) {
@@ -229,18 +253,18 @@ func TestOpenRemovesTempLeftovers(t *testing.T) {
 	require.NoError(t, s.Put(sampleRecord("abc")))
 	leftovers := []string{".abc.json.tmp-123", ".def.json.tmp-9"}
 	for _, name := range leftovers {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(`{"version":1,"chec`), 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), name), []byte(`{"version":1,"chec`), 0o600))
 	}
 	keep := []string{"abc.json", "notes.tmp-1", ".hidden"}
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.tmp-1"), nil, 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, ".hidden"), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), "notes.tmp-1"), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(s.Dir(), ".hidden"), nil, 0o600))
 
 	openTestStore(t, dir, testBootID)
 	for _, name := range leftovers {
-		assert.NoFileExists(t, filepath.Join(dir, name))
+		assert.NoFileExists(t, filepath.Join(s.Dir(), name))
 	}
 	for _, name := range keep {
-		assert.FileExists(t, filepath.Join(dir, name))
+		assert.FileExists(t, filepath.Join(s.Dir(), name))
 	}
 }
 

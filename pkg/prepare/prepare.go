@@ -99,7 +99,9 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	for _, p := range plan {
 		rec.Devices = append(rec.Devices, p.record)
 	}
-	if err := m.cfg.Checkpoints.Put(rec); err != nil {
+	// PrepareStarted only has to survive a crash of this process, not a power
+	// loss (which reboots the node and voids every record), so no fsync.
+	if err := m.cfg.Checkpoints.PutVolatile(rec); err != nil {
 		return nil, fmt.Errorf("prepare claim %s: record PrepareStarted: %w", ref, err)
 	}
 	after(phaseStarted)

@@ -264,6 +264,24 @@ func TestRecoverCleansStaleAndOrphans(t *testing.T) {
 	require.Empty(t, m2.own.holders("gpu-0"))
 }
 
+// A record torn by a power loss belongs to the earlier boot and must not
+// keep the plugin from starting after the reboot.
+func TestTornRecordOfEarlierBootIsDiscarded(t *testing.T) {
+	e := newEnv(t, 1)
+	m, _ := e.manager()
+	_, err := m.Prepare(ctx(t), gpuClaim(uidA, "x", "gpu-0"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(m.cfg.Checkpoints.Path(uidA), []byte(`{"version":1,"che`), 0o600))
+	e.bootID = "boot-2"
+	m2, rep := e.manager()
+	require.Equal(t, 0, rep.Restored)
+	specs, _ := m2.cfg.CDI.ListClaims()
+	require.Empty(t, specs, "the orphaned spec of the earlier boot is removed")
+	entries, err := os.ReadDir(filepath.Dir(m2.cfg.Checkpoints.Dir()))
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "only this boot's record directory remains")
+}
+
 func TestCorruptCheckpointRefusesToStart(t *testing.T) {
 	e := newEnv(t, 1)
 	m, _ := e.manager()

@@ -72,6 +72,13 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 		known[rec.UID] = true
 		rep.Restored++
 	}
+	if len(loaded.StaleCorrupt) > 0 {
+		logger.Info("Discarding unreadable checkpoint records of an earlier boot", "count", len(loaded.StaleCorrupt),
+			"first", loaded.StaleCorrupt[0].Error())
+	}
+	if err := m.cfg.Checkpoints.PruneStale(); err != nil {
+		return rep, err
+	}
 	specs, err := m.cfg.CDI.ListClaims()
 	if err != nil {
 		return rep, err

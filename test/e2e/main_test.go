@@ -99,6 +99,11 @@ func nodeDir(node string) string { return filepath.Join(clusterDir, "nodes", nod
 
 func cdiDir(node string) string { return filepath.Join(nodeDir(node), "cdi") }
 
+// checkpointDir holds this boot's checkpoint records of a node's plugin.
 func checkpointDir(node string) string {
-	return filepath.Join(nodeDir(node), "kubelet", "plugins", "gpu.gpudra.io", "checkpoint")
+	bootID, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		panic(err)
+	}
+	return filepath.Join(nodeDir(node), "kubelet", "plugins", "gpu.gpudra.io", "checkpoint", strings.TrimSpace(string(bootID)))
 }
