@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
+# Starts and stops a real local Kubernetes cluster without Docker for
+# gpudra's end-to-end tests: etcd, kube-apiserver, kube-scheduler,
+# kube-controller-manager and, per simulated GPU node, a fake CRI runtime
+# (gpudra-fake-cri), a kubelet and the gpudra kubelet plugin on a simulated
+# GPU profile. Every process runs in its own session with a PID file and a
+# log under <cluster-dir>/logs/. Needs root (the kubelets mount).
+#
+# Usage: cluster.sh up | down | status | kubeconfig
+#        cluster.sh stop-plugin NODE | start-plugin NODE | restart-plugin NODE
+#
+#   up              build missing binaries, make the PKI, start everything and
+#                   wait until the nodes are Ready and their ResourceSlices are
+#                   published; a running cluster is left as it is
+#   down            stop every process, unmount, remove the cluster dir
+#   status          which components are running (exit 1 unless all are)
+#   kubeconfig      print the admin kubeconfig path, nothing else
+#   stop-plugin     stop one node's plugin (SIGTERM, then SIGKILL after 10s)
+#   start-plugin    start it again and wait until it serves its sockets
+#   restart-plugin  kill -9 one node's plugin, start it again and wait
+#
+# Environment (defaults in brackets). `up` records the effective settings in
+# <cluster-dir>/cluster.env and the other commands use those.
+#   GPUDRA_CLUSTER_DIR           state, PKI, logs [<repo>/_output/cluster]
+#   GPUDRA_BIN_DIR               binaries [<repo>/_output/bin]
+#   GPUDRA_NODES                 NODE=PROFILE list, profiles as in
+#                                `gpu-kubelet-plugin --simulate`
+#                                ["gpu-h100=dgx-h100 gpu-mixed=mixed"]
+#   GPUDRA_ETCD_PORT             etcd client port [23379]
+#   GPUDRA_ETCD_PEER_PORT        etcd peer port [23380]
+#   GPUDRA_APISERVER_PORT        kube-apiserver secure port [26443]
+#   GPUDRA_APISERVER_BIND_ADDRESS  its bind address; the kubeconfigs use
+#                                127.0.0.1, so 127.0.0.1 or 0.0.0.0 [127.0.0.1]
+#   GPUDRA_SCHEDULER_PORT        kube-scheduler secure port [30259]
+#   GPUDRA_CONTROLLER_MANAGER_PORT kube-controller-manager secure port [30257]
+#   GPUDRA_KUBELET_PORT          first kubelet's port, +1 per node [30250]
+#   GPUDRA_KUBELET_HEALTHZ_PORT  first kubelet's healthz port, +1 per node [30280]
+#   GPUDRA_HOST_IP               node IP and apiserver advertise address
+#                                [source address of the default route]
+#   GPUDRA_SERVICE_CIDR          service IP range [10.0.0.0/24]
+#   GPUDRA_V                     klog verbosity of the Kubernetes components [2]
+#   GPUDRA_PLUGIN_V              verbosity of gpu-kubelet-plugin [4]
+#   GPUDRA_FAKE_CRI_V            verbosity of gpudra-fake-cri [2]
+#   GPUDRA_WAIT_TIMEOUT          seconds allowed per readiness step [90]
+#   GPUDRA_STOP_TIMEOUT          seconds between SIGTERM and SIGKILL [10]
+#   GPUDRA_BUILD                 auto: build only missing binaries; always:
+#                                also rerun `make build`; never [auto]
+#   GPUDRA_KEEP_LOGS             1: `down` copies the logs to
+#                                <cluster-dir>-logs/ before removing the dir [0]
+#   GPUDRA_KEEP_ON_FAILURE       1: a failed `up` leaves the processes running
+#                                for inspection instead of tearing down [0]
+# A failed `up` always copies the logs to <cluster-dir>-logs/.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
+# shellcheck source=lib/common.sh
+source "$SCRIPT_DIR/lib/common.sh"
+# shellcheck source=lib/settings.sh
+source "$SCRIPT_DIR/lib/settings.sh"
+# shellcheck source=lib/host.sh
+source "$SCRIPT_DIR/lib/host.sh"
+# shellcheck source=lib/pki.sh
+source "$SCRIPT_DIR/lib/pki.sh"
+# shellcheck source=lib/control-plane.sh
+source "$SCRIPT_DIR/lib/control-plane.sh"
+# shellcheck source=lib/nodes.sh
+source "$SCRIPT_DIR/lib/nodes.sh"
+
+DRIVER_NAME=gpu.gpudra.io
+K8S_BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl)
+GPUDRA_BINARIES=(gpu-kubelet-plugin gpudra-fake-cri)
+
+CLUSTER_DIR=${GPUDRA_CLUSTER_DIR:-$REPO_ROOT/_output/cluster}
+CLUSTER_DIR=${CLUSTER_DIR%/}
+SETTINGS_FILE="$CLUSTER_DIR/cluster.env"
+
+all_components() {
+	echo "${CONTROL_PLANE[@]}"
+	node_components
+}
+
+require_root() {
+	[[ $EUID -eq 0 ]] || die "must run as root: the kubelets mount under their root dirs"
+}
+
+ensure_binaries() {
+	local mode=${GPUDRA_BUILD:-auto} b missing_k8s=0 missing_gpudra=0
+	[[ $mode =~ ^(auto|always|never)$ ]] || die "GPUDRA_BUILD must be auto, always or never, not '$mode'"
+	for b in "${K8S_BINARIES[@]}"; do [[ -x $BIN_DIR/$b ]] || missing_k8s=1; done
+	for b in "${GPUDRA_BINARIES[@]}"; do [[ -x $BIN_DIR/$b ]] || missing_gpudra=1; done
+	if [[ $mode == never ]]; then
+		((missing_k8s + missing_gpudra == 0)) || die "binaries missing in $BIN_DIR and GPUDRA_BUILD=never"
+		return 0
+	fi
+	if ((missing_gpudra)) || [[ $mode == always ]]; then
+		log "building gpudra: make -C $REPO_ROOT build"
+		make -C "$REPO_ROOT" --no-print-directory build BIN="$BIN_DIR" ||
+			die "make build failed"
+	fi
+	if ((missing_k8s)); then
+		log "building Kubernetes binaries (slow when cold): hack/build-k8s.sh"
+		BIN=$BIN_DIR "$REPO_ROOT/hack/build-k8s.sh" || die "hack/build-k8s.sh failed"
+	fi
+	for b in "${K8S_BINARIES[@]}" "${GPUDRA_BINARIES[@]}"; do
+		[[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b is missing after the build"
+	done
+}
+
+# running_state prints "all", "none" or "some" for the recorded components.
+running_state() {
+	local c up=0 total=0
+	for c in $(all_components); do
+		total=$((total + 1))
+		is_running "$c" && up=$((up + 1))
+	done
+	if ((up == 0)); then echo none; elif ((up == total)); then echo all; else echo some; fi
+}
+
+print_usage_hint() {
+	cat <<-EOF
+		  export KUBECONFIG=$ADMIN_KUBECONFIG
+		  $BIN_DIR/kubectl get nodes,resourceslices
+		  # or: $BIN_DIR/kubectl --kubeconfig \$(make -s kubeconfig) get nodes
+		  # logs: $LOG_DIR/   stop: make cluster-down
+	EOF
+}
+
+cmd_up() {
+	require_root
+	load_settings
+	if [[ -r $SETTINGS_FILE ]]; then
+		case $(running_state) in
+		all)
+			if apiserver_ready; then
+				log "cluster already running in $CLUSTER_DIR"
+				print_usage_hint
+				return 0
+			fi
+			die "cluster processes run but the apiserver is not ready; run '$0 down' first"
+			;;
+		some) die "cluster in $CLUSTER_DIR is partially running (see '$0 status'); run '$0 down' first" ;;
+		none) ;;
+		esac
+	fi
+	if [[ -e $CLUSTER_DIR ]]; then
+		log "removing the leftovers of a stopped cluster in $CLUSTER_DIR"
+		teardown
+		load_settings # from the environment now that cluster.env is gone
+	fi
+	detect_host_ip
+	check_ports
+	check_socket_paths
+	check_host
+	ensure_binaries
+	START_MS=$(now_ms)
+	mkdir -p "$CLUSTER_DIR" "$LOG_DIR" "$PID_DIR"
+	save_settings
+	save_host_state
+	trap on_up_exit EXIT
+	log "starting a cluster in $CLUSTER_DIR (host IP $HOST_IP, nodes: $NODES)"
+	prepare_nodes
+	make_pki
+	up_control_plane
+	up_nodes
+	wait_control_plane
+	wait_for "$WAIT_TIMEOUT" "the default ServiceAccount in namespace default" \
+		"kube-apiserver kube-controller-manager" default_sa_exists
+	log "ServiceAccount default/default exists"
+	wait_nodes
+	trap - EXIT
+	log "cluster ready in $(elapsed)s"
+	print_usage_hint
+}
+
+# on_up_exit tears a half-started cluster down, keeping its logs.
+on_up_exit() {
+	local rc=$?
+	((rc == 0)) && return 0
+	rm -rf "$CLUSTER_DIR-logs"
+	cp -r "$LOG_DIR" "$CLUSTER_DIR-logs" 2>/dev/null && warn "logs kept in $CLUSTER_DIR-logs/"
+	if [[ ${GPUDRA_KEEP_ON_FAILURE:-0} == 1 ]]; then
+		warn "GPUDRA_KEEP_ON_FAILURE=1: leaving the processes running; '$0 down' cleans up"
+	else
+		warn "cluster up failed, tearing down"
+		teardown || true
+	fi
+	exit "$rc"
+}
+
+# teardown stops every process (nodes first, etcd last), kills whatever of
+# the cluster is left, unmounts and removes the cluster dir.
+teardown() {
+	local c pid leftover
+	# Reverse start order: per node the plugin, the kubelet, then the runtime.
+	for c in $(node_components | tr ' ' '\n' | tac) kube-controller-manager kube-scheduler kube-apiserver etcd; do
+		stop_component "$c"
+	done
+	for pid in $(cluster_pids); do
+		warn "killing leftover process $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
+		stop_pid "$pid" KILL
+	done
+	unmount_all "$CLUSTER_DIR"
+	restore_host_state
+	if [[ ${GPUDRA_KEEP_LOGS:-0} == 1 && -d $LOG_DIR ]]; then
+		rm -rf "$CLUSTER_DIR-logs"
+		cp -r "$LOG_DIR" "$CLUSTER_DIR-logs"
+		log "logs kept in $CLUSTER_DIR-logs/"
+	fi
+	rm -rf "$CLUSTER_DIR"
+	leftover=$(cluster_pids)
+	[[ -z $leftover ]] || die "processes of the cluster still alive: $leftover"
+	[[ -z $(mounts_under "$CLUSTER_DIR") ]] || die "mounts left under $CLUSTER_DIR"
+}
+
+cmd_down() {
+	require_root
+	load_settings
+	if [[ ! -e $CLUSTER_DIR ]] && [[ -z $(cluster_pids) ]]; then
+		log "no cluster in $CLUSTER_DIR"
+		return 0
+	fi
+	teardown
+	log "cluster in $CLUSTER_DIR stopped and removed"
+}
+
+cmd_status() {
+	load_settings
+	local c pid all_up=0
+	[[ -r $SETTINGS_FILE ]] || { echo "no cluster in $CLUSTER_DIR"; return 1; }
+	for c in $(all_components); do
+		if pid=$(component_pid "$c"); then
+			printf '%-34s running (pid %s)\n' "$c" "$pid"
+		else
+			printf '%-34s stopped\n' "$c"
+			all_up=1
+		fi
+	done
+	if apiserver_ready; then echo "apiserver: ready on :$APISERVER_PORT"; else echo "apiserver: not ready"; fi
+	return "$all_up"
+}
+
+cmd_kubeconfig() {
+	load_settings
+	[[ -r $ADMIN_KUBECONFIG ]] || warn "no cluster in $CLUSTER_DIR yet: run 'make cluster-up'"
+	echo "$ADMIN_KUBECONFIG"
+}
+
+# cmd_plugin ACTION NODE stops, starts or kill -9 + restarts one plugin.
+cmd_plugin() {
+	local action=$1 node=${2:-}
+	[[ -n $node ]] || die "usage: $0 $action-plugin NODE"
+	require_root
+	load_settings
+	node_profile "$node" >/dev/null
+	is_running "kubelet-$node" || die "kubelet-$node is not running; start the cluster first"
+	if [[ $action == start ]] && is_running "plugin-$node"; then
+		log "plugin-$node already running (pid $(component_pid "plugin-$node"))"
+		return 0
+	fi
+	local registrations
+	registrations=$(kubelet_registrations "$node")
+	case $action in
+	stop) stop_component "plugin-$node" TERM ;;
+	restart) stop_component "plugin-$node" KILL ;;
+	esac
+	if [[ $action != stop ]]; then
+		START_MS=$(now_ms)
+		start_plugin "$node"
+		wait_plugin "$node"
+		wait_registered "$node" "$registrations"
+		log "plugin-$node serving and registered with kubelet-$node (pid $(component_pid "plugin-$node"))"
+	fi
+}
+
+main() {
+	local cmd=${1:-}
+	shift || true
+	case $cmd in
+	up) cmd_up ;;
+	down) cmd_down ;;
+	status) cmd_status ;;
+	kubeconfig) cmd_kubeconfig ;;
+	stop-plugin | start-plugin | restart-plugin) cmd_plugin "${cmd%-plugin}" "$@" ;;
+	-h | --help | help) sed -n '/^# Starts/,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' ;;
+	*) die "usage: $0 up|down|status|kubeconfig|stop-plugin NODE|start-plugin NODE|restart-plugin NODE (see --help)" ;;
+	esac
+}
+
+main "$@"
