@@ -165,17 +165,32 @@ func allocatedDevices(t *testing.T, p *v1.Pod) []device {
 	t.Helper()
 	devices := sliceDevices(t)
 	var out []device
-	for _, st := range p.Status.ResourceClaimStatuses {
-		if st.ResourceClaimName == nil {
-			continue
-		}
-		out = append(out, claimDevices(t, devices, p.Namespace, *st.ResourceClaimName)...)
+	for _, name := range podClaimNames(p) {
+		out = append(out, claimDevices(t, devices, p.Namespace, name)...)
 	}
 	if p.Status.ExtendedResourceClaimStatus != nil {
 		out = append(out, claimDevices(t, devices, p.Namespace, p.Status.ExtendedResourceClaimStatus.ResourceClaimName)...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].uuid < out[j].uuid })
 	return out
+}
+
+// podClaimNames lists the ResourceClaims a pod uses: referenced directly, or
+// generated from a template (then named in the pod's status).
+func podClaimNames(p *v1.Pod) []string {
+	var names []string
+	for _, rc := range p.Spec.ResourceClaims {
+		if rc.ResourceClaimName != nil {
+			names = append(names, *rc.ResourceClaimName)
+			continue
+		}
+		for _, st := range p.Status.ResourceClaimStatuses {
+			if st.Name == rc.Name && st.ResourceClaimName != nil {
+				names = append(names, *st.ResourceClaimName)
+			}
+		}
+	}
+	return names
 }
 
 func claimDevices(t *testing.T, devices map[string]device, ns, name string) []device {

@@ -73,7 +73,9 @@ func TestDeletePodUnprepares(t *testing.T) {
 func TestPluginRestartKeepsClaimsAndServesNewOnes(t *testing.T) {
 	ns := namespace(t)
 	uid := podWithClaim(t, ns, "before-restart")
+	start := time.Now()
 	clusterCmd(t, "restart-plugin", "gpu-h100") // kill -9, then start again
+	t.Logf("plugin restarted in %v", time.Since(start))
 	waitSliceDevices(t, "gpu-h100", 8)
 	// The running pod's claim survived: checkpoint and spec are still there.
 	if _, err := os.Stat(specPath("gpu-h100", uid)); err != nil {
@@ -83,15 +85,19 @@ func TestPluginRestartKeepsClaimsAndServesNewOnes(t *testing.T) {
 		t.Fatalf("checkpoint of a running pod lost across a plugin restart: %v", err)
 	}
 	// New claims are served, and never get the GPU the first pod holds.
+	start = time.Now()
 	podWithClaim(t, ns, "after-restart")
+	t.Logf("new pod Running %v after the restart", time.Since(start))
 	a := allocatedDevices(t, pod(t, ns, "before-restart"))
 	b := allocatedDevices(t, pod(t, ns, "after-restart"))
 	if a[0].uuid == b[0].uuid {
 		t.Fatalf("both pods got %s", a[0].uuid)
 	}
 	// And the old claim still unprepares cleanly through the new process.
+	start = time.Now()
 	deletePod(t, ns, "before-restart")
 	fileGone(t, specPath("gpu-h100", uid))
+	t.Logf("old pod unprepared in %v", time.Since(start))
 }
 
 func TestPluginComesBackAndRepublishesSlice(t *testing.T) {

@@ -1,0 +1,25 @@
+// Package deviceclass is the gpu-controller's DeviceClass manager.
+//
+// It keeps two base classes, gpu.gpudra.io (whole GPUs, optionally with
+// spec.extendedResourceName so that pods asking for e.g. nvidia.com/gpu are
+// served through DRA) and mig.gpudra.io (MIG devices), recreating them when
+// they are deleted and repairing them when their spec is edited.
+//
+// With per-model classes on, it also keeps one class per GPU model
+// (productName) that a ResourceSlice of driver gpu.gpudra.io publishes, named
+// after the model: "NVIDIA H100 80GB HBM3" gets h100-80gb-hbm3.gpu.gpudra.io,
+// which selects whole GPUs of exactly that productName. Users can then ask for
+// a model without writing CEL. A model class is deleted once no slice has a
+// GPU of that model and no ResourceClaim references the class (a claim that
+// still names it keeps it, so that a node that is only being replaced does
+// not break pending claims); claim changes trigger a new check. Templates are
+// not considered: a template naming a vanished model produces claims that
+// cannot be allocated anyway.
+//
+// The controller owns the classes labelled app.kubernetes.io/managed-by=
+// gpudra-controller (all it creates) or gpudra.io/managed=true (the per-model
+// ones, which also carry the productName in the gpudra.io/product-name
+// annotation). A class of the same name without those labels, for example one
+// applied by hand from deployments/static, is never changed or deleted; the
+// conflict is logged and reported as a Warning event on the class.
+package deviceclass

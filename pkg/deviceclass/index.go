@@ -1,0 +1,95 @@
+package deviceclass
+
+import (
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
+)
+
+// Informer index names.
+const (
+	// modelIndex maps a per-model class name to the ResourceSlices that
+	// have a GPU of that model.
+	modelIndex = "gpudra-model-class"
+	// classIndex maps a DeviceClass name to the ResourceClaims whose spec
+	// references it.
+	classIndex = "gpudra-device-class"
+)
+
+// attribute returns a device attribute given either unqualified (the driver's
+// own domain) or qualified with the driver name.
+func attribute(d *resourceapi.Device, name string) (resourceapi.DeviceAttribute, bool) {
+	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok {
+		return a, true
+	}
+	a, ok := d.Attributes[resourceapi.QualifiedName(v1alpha1.DriverName+"/"+name)]
+	return a, ok
+}
+
+// sliceProducts lists the productNames of the whole GPUs (type "gpu") in a
+// slice of the driver, each once.
+func sliceProducts(s *resourceapi.ResourceSlice) []string {
+	if s.Spec.Driver != v1alpha1.DriverName {
+		return nil
+	}
+	var out []string
+	for i := range s.Spec.Devices {
+		d := &s.Spec.Devices[i]
+		typ, ok := attribute(d, "type")
+		if !ok || typ.StringValue == nil || *typ.StringValue != "gpu" {
+			continue
+		}
+		p, ok := attribute(d, "productName")
+		if !ok || p.StringValue == nil || strings.TrimSpace(*p.StringValue) == "" {
+			continue
+		}
+		if !slices.Contains(out, *p.StringValue) {
+			out = append(out, *p.StringValue)
+		}
+	}
+	return out
+}
+
+// indexSliceModels is the modelIndex function: the per-model class names of
+// a slice's GPUs. Models whose name cannot be turned into a class name are
+// skipped.
+func indexSliceModels(obj any) ([]string, error) {
+	s, ok := obj.(*resourceapi.ResourceSlice)
+	if !ok {
+		return nil, nil
+	}
+	var names []string
+	for _, p := range sliceProducts(s) {
+		if n, err := ClassNameForProduct(p); err == nil && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+// indexClaimClasses is the classIndex function: the DeviceClass names a
+// claim's requests and firstAvailable subrequests name.
+func indexClaimClasses(obj any) ([]string, error) {
+	claim, ok := obj.(*resourceapi.ResourceClaim)
+	if !ok {
+		return nil, nil
+	}
+	var names []string
+	add := func(n string) {
+		if n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	for _, r := range claim.Spec.Devices.Requests {
+		if r.Exactly != nil {
+			add(r.Exactly.DeviceClassName)
+		}
+		for _, sub := range r.FirstAvailable {
+			add(sub.DeviceClassName)
+		}
+	}
+	return names, nil
+}
