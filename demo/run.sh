@@ -38,18 +38,16 @@ for _ in $(seq 60); do "$kubectl" -n "$ns" get serviceaccount default >/dev/null
 log "ResourceSlices published by the kubelet plugins"
 "$kubectl" get resourceslices -o custom-columns='SLICE:.metadata.name,NODE:.spec.nodeName,DEVICES:.spec.devices[*].name'
 
-# settle waits until every pod of the namespace runs, or is Pending with a
-# scheduling failure reported, or the timeout passes.
+# settle waits until every pod of the namespace runs, or is Pending because
+# the scheduler reported it unschedulable, or the timeout passes.
 settle() {
-  local deadline=$((SECONDS + timeout)) pending running total
+  local deadline=$((SECONDS + timeout)) states
   while [ $SECONDS -lt $deadline ]; do
-    total=$("$kubectl" -n "$ns" get pods --no-headers 2>/dev/null | wc -l)
-    running=$("$kubectl" -n "$ns" get pods --field-selector=status.phase=Running --no-headers 2>/dev/null | wc -l)
-    pending=$("$kubectl" -n "$ns" get events --field-selector=reason=FailedScheduling -o name 2>/dev/null | wc -l)
-    if [ "$total" -gt 0 ] && { [ "$running" -eq "$total" ] || { [ "$pending" -gt 0 ] && [ $((running + 1)) -ge "$total" ]; }; }; then
+    states=$("$kubectl" -n "$ns" get pods -o jsonpath='{range .items[*]}{.status.phase}/{.status.conditions[?(@.type=="PodScheduled")].reason}{"\n"}{end}' 2>/dev/null)
+    if [ -n "$states" ] && ! grep -qvE '^Running/|^Pending/Unschedulable$' <<<"$states"; then
       return 0
     fi
-    sleep 1
+    sleep 0.5
   done
   echo "!! pods did not settle within ${timeout}s:"; "$kubectl" -n "$ns" get pods -o wide
   return 1
@@ -58,17 +56,17 @@ settle() {
 # report prints, per pod and container, the node and the GPUs it sees.
 report() {
   local pod node phase ctr
-  printf '%-34s %-12s %-10s %s\n' POD/CONTAINER NODE PHASE "GPUS (as the container sees them)"
+  printf '%-42s %-10s %-8s %s\n' POD/CONTAINER NODE PHASE "GPUS (as the container sees them)"
   for pod in $("$kubectl" -n "$ns" get pods -o jsonpath='{.items[*].metadata.name}'); do
     node=$("$kubectl" -n "$ns" get pod "$pod" -o jsonpath='{.spec.nodeName}')
     phase=$("$kubectl" -n "$ns" get pod "$pod" -o jsonpath='{.status.phase}')
     if [ "$phase" != Running ]; then
-      printf '%-34s %-12s %-10s %s\n' "$pod" "${node:--}" "$phase" \
-        "$("$kubectl" -n "$ns" get events --field-selector "involvedObject.name=$pod" -o jsonpath='{.items[-1:].message}' | cut -c1-140)"
+      printf '%-42s %-10s %-8s %s\n' "$pod" "${node:--}" "$phase" \
+        "$("$kubectl" -n "$ns" get events --field-selector "involvedObject.name=$pod" -o jsonpath='{.items[-1:].message}' | cut -c1-200)"
       continue
     fi
     for ctr in $("$kubectl" -n "$ns" get pod "$pod" -o jsonpath='{.spec.containers[*].name}'); do
-      printf '%-34s %-12s %-10s %s\n' "$pod/$ctr" "$node" "$phase" \
+      printf '%-42s %-10s %-8s %s\n' "$pod/$ctr" "$node" "$phase" \
         "$("$kubectl" -n "$ns" logs "$pod" -c "$ctr" | grep '^GPU [0-9]*:' | paste -sd ';' -)"
     done
   done
@@ -90,6 +88,7 @@ for spec in "${specs[@]}"; do
   report
   "$kubectl" delete -f "$spec" --wait=true --timeout=60s >/dev/null
   "$kubectl" -n "$ns" wait --for=delete pod --all --timeout=60s >/dev/null 2>&1 || true
+  "$kubectl" -n "$ns" delete events --all >/dev/null 2>&1 || true
 done
 [ "$failed" = 0 ] || { echo "!! some scenarios did not settle"; exit 1; }
 log "Demo complete: every scenario ran through the real scheduler, kubelet and gpudra plugin."
