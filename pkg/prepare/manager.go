@@ -65,6 +65,9 @@ func New(cfg Config) *Manager {
 func (m *Manager) PrepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
 	return forEach(claims, func(c *resourceapi.ResourceClaim) (types.UID, kubeletplugin.PrepareResult) {
 		devs, err := m.Prepare(ctx, c)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Prepare failed; the kubelet will retry", "claim", klog.KObj(c))
+		}
 		return c.UID, kubeletplugin.PrepareResult{Devices: devs, Err: err}
 	})
 }
@@ -72,7 +75,11 @@ func (m *Manager) PrepareClaims(ctx context.Context, claims []*resourceapi.Resou
 // UnprepareClaims unprepares claims concurrently.
 func (m *Manager) UnprepareClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
 	return forEach(claims, func(c kubeletplugin.NamespacedObject) (types.UID, error) {
-		return c.UID, m.Unprepare(ctx, c)
+		err := m.Unprepare(ctx, c)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Unprepare failed; the kubelet will retry", "claim", c.String())
+		}
+		return c.UID, err
 	})
 }
 

@@ -56,8 +56,9 @@ func BenchmarkPodCreateToRunning(b *testing.B) {
 				waitWatchRunning(b, w)
 				lat = append(lat, time.Since(start))
 				b.StopTimer()
-				zero := int64(0)
-				_ = client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+				// A graceful delete, as users do: the pod object goes away only
+				// after the kubelet has stopped it and unprepared its claim.
+				_ = client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{})
 				waitGone(b, ns, p.Name)
 				b.StartTimer()
 			}

@@ -248,8 +248,10 @@ func fileGone(t *testing.T, path string) {
 func deletePod(t *testing.T, ns, name string) {
 	t.Helper()
 	ctx := context.Background()
-	zero := int64(0)
-	if err := client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+	// Graceful: the kubelet stops the pod and unprepares its claims before
+	// the object disappears (a force delete would free the GPU in the API
+	// while the old claim is still prepared on the node).
+	if err := client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
