@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -80,7 +81,9 @@ func Run(ctx context.Context, o *Options) error {
 type Plugin struct {
 	Helper  *kubeletplugin.Helper
 	Manager *prepare.Manager
-	gpus    *GPUNode
+	// MetricsAddr is where /metrics is served; nil when disabled.
+	MetricsAddr net.Addr
+	gpus        *GPUNode
 }
 
 // Stop stops serving and releases NVML. Prepared claims stay prepared.
@@ -130,6 +133,12 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if _, err := manager.Recover(ctx); err != nil {
 		return nil, err
 	}
+	var metricsAddr net.Addr
+	if o.MetricsAddress != "" {
+		if metricsAddr, err = serveMetrics(ctx, o, manager); err != nil {
+			return nil, err
+		}
+	}
 	resources, err := slice.Resources(o.NodeName, gpus.Node, slice.Options{MaxDevicesPerSlice: o.MaxDevicesPerSlice})
 	if err != nil {
 		return nil, fmt.Errorf("build ResourceSlice: %w", err)
@@ -158,7 +167,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	}
 	logger.Info("gpu-kubelet-plugin running", "node", o.NodeName, "driver", o.DriverName, "gpus", len(gpus.Node.GPUs),
 		"cdiRoot", o.CDIRoot, "dataDir", o.PluginDataDir())
-	return &Plugin{Helper: helper, Manager: manager, gpus: gpus}, nil
+	return &Plugin{Helper: helper, Manager: manager, MetricsAddr: metricsAddr, gpus: gpus}, nil
 }
 
 func kubeClient(o *Options) (kubernetes.Interface, error) {

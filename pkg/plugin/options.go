@@ -33,6 +33,7 @@ type Options struct {
 	Simulate            string
 	ProfileDirs         []string
 	CheckpointSyncDir   bool
+	MetricsAddress      string
 	MaxDevicesPerSlice  int
 }
 
@@ -68,6 +69,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"UID of the plugin's pod; enables rolling updates where old and new plugin pods run side by side. [$POD_UID]")
 	fs.StringVar(&o.NvidiaCDIHookPath, "nvidia-cdi-hook-path", env("NVIDIA_CDI_HOOK_PATH", ""),
 		"Host path of nvidia-cdi-hook for the generated CDI hooks (real GPUs only). [$NVIDIA_CDI_HOOK_PATH]")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", env("METRICS_ADDRESS", ""),
+		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables. [$METRICS_ADDRESS]")
 	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
 		"Also fsync the checkpoint directory after each record write. Record contents are always fsynced before the rename; a rename lost to a power failure only matters within a boot, and records of an earlier boot are discarded anyway.")
 }

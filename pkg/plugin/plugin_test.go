@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -103,6 +105,7 @@ func TestKubeletPath(t *testing.T) {
 	_, err = Start(ctx, o, client, cancel)
 	require.ErrorContains(t, err, "registration directory")
 	require.NoError(t, os.MkdirAll(o.KubeletRegistrarDir, 0o750))
+	o.MetricsAddress = "127.0.0.1:0"
 	p, err := Start(ctx, o, client, cancel)
 	require.NoError(t, err)
 	defer p.Stop()
@@ -135,6 +138,20 @@ func TestKubeletPath(t *testing.T) {
 	require.Empty(t, uresp.Claims[string(claim.UID)].Error)
 	_, err = os.Stat(specPath)
 	require.True(t, os.IsNotExist(err))
+
+	// The kubelet's view shows up in the metrics.
+	resp, err := http.Get("http://" + p.MetricsAddr.String() + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Contains(t, string(body), `gpudra_plugin_prepare_duration_seconds_count{result="success"} 2`)
+	require.Contains(t, string(body), `gpudra_plugin_unprepare_duration_seconds_count{result="success"} 1`)
+	require.Contains(t, string(body), `gpudra_plugin_prepared_claims 0`)
+	resp, err = http.Get("http://" + p.MetricsAddr.String() + "/readyz")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.NoError(t, context.Cause(ctx))
 }
 

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,6 +44,8 @@ type Manager struct {
 	gpus  map[string]*model.GPU  // by device name
 	locks map[string]*sync.Mutex // by device name; fixed at start
 	own   *owners
+	// metrics is set by NewMetrics before serving; nil records nothing.
+	metrics *Metrics
 }
 
 // New creates a Manager. Call Recover before serving requests.
@@ -64,7 +67,9 @@ func New(cfg Config) *Manager {
 // PrepareClaims prepares claims concurrently and returns one result per claim.
 func (m *Manager) PrepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
 	return forEach(claims, func(c *resourceapi.ResourceClaim) (types.UID, kubeletplugin.PrepareResult) {
+		start := time.Now()
 		devs, err := m.Prepare(ctx, c)
+		m.metrics.observe("prepare", start, err)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Prepare failed; the kubelet will retry", "claim", klog.KObj(c))
 		}
@@ -75,7 +80,9 @@ func (m *Manager) PrepareClaims(ctx context.Context, claims []*resourceapi.Resou
 // UnprepareClaims unprepares claims concurrently.
 func (m *Manager) UnprepareClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
 	return forEach(claims, func(c kubeletplugin.NamespacedObject) (types.UID, error) {
+		start := time.Now()
 		err := m.Unprepare(ctx, c)
+		m.metrics.observe("unprepare", start, err)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Unprepare failed; the kubelet will retry", "claim", c.String())
 		}
@@ -113,7 +120,7 @@ func (m *Manager) lockDevices(names []string) (func(), error) {
 	sorted = slices.Compact(sorted)
 	for _, n := range sorted {
 		if _, ok := m.locks[n]; !ok {
-			return nil, fmt.Errorf("device %q is not a GPU of this node (pool %s); it may have been removed since the claim was allocated", n, m.cfg.PoolName)
+			return nil, fmt.Errorf("device %q is not a GPU of this node (pool %s); it may have been removed since the claim was allocated: %w", n, m.cfg.PoolName, ErrUnknownDevice)
 		}
 	}
 	for _, n := range sorted {
@@ -145,11 +152,11 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 	}
 	defer unlock()
 	if err := m.cfg.CDI.RemoveClaim(uid); err != nil {
-		return err
+		return tag(errCDI, err)
 	}
 	after(phaseUnprepareCDIRemoved)
 	if err := m.cfg.Checkpoints.Delete(uid); err != nil {
-		return fmt.Errorf("unprepare claim %s: remove checkpoint: %w", claim.String(), err)
+		return tag(errCheckpoint, fmt.Errorf("unprepare claim %s: remove checkpoint: %w", claim.String(), err))
 	}
 	m.own.release(uid)
 	logger.V(3).Info("Unprepared claim", "claim", claim.String(), "devices", len(rec.Devices))

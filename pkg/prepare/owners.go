@@ -90,3 +90,23 @@ func (o *owners) holders(device string) []string {
 	}
 	return uids
 }
+
+// claims counts the distinct claims holding any device.
+func (o *owners) claims() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	seen := map[string]bool{}
+	for _, hs := range o.byDevice {
+		for _, h := range hs {
+			seen[h.claimUID] = true
+		}
+	}
+	return len(seen)
+}
+
+// devices counts the devices held by at least one claim.
+func (o *owners) devices() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.byDevice)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -101,7 +102,7 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	}
 	// PrepareStarted only has to survive a crash of this process, not a power
 	// loss (which reboots the node and voids every record), so no fsync.
-	if err := m.cfg.Checkpoints.PutVolatile(rec); err != nil {
+	if err := m.putRecord(rec, false); err != nil {
 		return nil, fmt.Errorf("prepare claim %s: record PrepareStarted: %w", ref, err)
 	}
 	after(phaseStarted)
@@ -110,14 +111,14 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(plan))
 	if err != nil {
 		m.rollback(ctx, uid)
-		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+		return nil, fmt.Errorf("prepare claim %s: %w", ref, tag(errCDI, err))
 	}
 	after(phaseCDIWritten)
 	for i := range rec.Devices {
 		rec.Devices[i].CDIDeviceIDs = []string{ids[rec.Devices[i].Name]}
 	}
 	rec.State = checkpoint.PrepareCompleted
-	if err := m.cfg.Checkpoints.Put(rec); err != nil {
+	if err := m.putRecord(rec, true); err != nil {
 		m.rollback(ctx, uid)
 		return nil, fmt.Errorf("prepare claim %s: record PrepareCompleted: %w", ref, err)
 	}
@@ -136,7 +137,7 @@ func (m *Manager) plan(uid string, configs []claimconfig.DeviceConfig) ([]planne
 	for _, c := range configs {
 		gpu, ok := m.gpus[c.Result.Device]
 		if !ok {
-			return nil, fmt.Errorf("allocated device %q is not a GPU of node %s", c.Result.Device, m.cfg.PoolName)
+			return nil, fmt.Errorf("allocated device %q is not a GPU of node %s: %w", c.Result.Device, m.cfg.PoolName, ErrUnknownDevice)
 		}
 		raw, err := v1alpha1.Encode(c.Config)
 		if err != nil {
@@ -256,6 +257,18 @@ func kubeletDevices(rec *checkpoint.ClaimRecord) []kubeletplugin.Device {
 		out = append(out, kd)
 	}
 	return out
+}
+
+// putRecord writes a checkpoint record, fsynced when durable, and times it.
+func (m *Manager) putRecord(rec *checkpoint.ClaimRecord, durable bool) error {
+	start := time.Now()
+	put := m.cfg.Checkpoints.PutVolatile
+	if durable {
+		put = m.cfg.Checkpoints.Put
+	}
+	err := put(rec)
+	m.metrics.checkpointWrite(start, durable)
+	return tag(errCheckpoint, err)
 }
 
 // plannedFromRecord rebuilds a planned device from its checkpoint entry.

@@ -1,0 +1,157 @@
+package prepare
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
+)
+
+// Metric names, documented in the README.
+const (
+	MetricPrepareSeconds    = "gpudra_plugin_prepare_duration_seconds"
+	MetricUnprepareSeconds  = "gpudra_plugin_unprepare_duration_seconds"
+	MetricOperations        = "gpudra_plugin_operations_total"
+	MetricErrors            = "gpudra_plugin_errors_total"
+	MetricPreparedClaims    = "gpudra_plugin_prepared_claims"
+	MetricDevices           = "gpudra_plugin_devices"
+	MetricCheckpointSeconds = "gpudra_plugin_checkpoint_write_duration_seconds"
+)
+
+// Error reasons of the errors metric.
+const (
+	ReasonConflict      = "conflict"
+	ReasonInvalidConfig = "invalid_config"
+	ReasonUnknownDevice = "unknown_device"
+	ReasonCheckpoint    = "checkpoint"
+	ReasonCDI           = "cdi"
+	ReasonOther         = "other"
+)
+
+// Sentinels that classify failures for the errors metric.
+var (
+	ErrUnknownDevice = errors.New("device not on this node")
+	errCheckpoint    = errors.New("checkpoint")
+	errCDI           = errors.New("CDI")
+)
+
+// latencyBuckets start at 100µs: a prepare is about one fsync'd write.
+var latencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// Metrics of the prepare state machine. A nil *Metrics records nothing.
+type Metrics struct {
+	prepare, unprepare *prometheus.HistogramVec
+	ops                *prometheus.CounterVec
+	errors             *prometheus.CounterVec
+	checkpoint         *prometheus.HistogramVec
+}
+
+// NewMetrics registers the metrics of m in reg. Call before serving.
+func NewMetrics(reg prometheus.Registerer, m *Manager) (*Metrics, error) {
+	x := &Metrics{
+		prepare: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricPrepareSeconds,
+			Help: "Time to prepare one claim, by result.", Buckets: latencyBuckets}, []string{"result"}),
+		unprepare: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricUnprepareSeconds,
+			Help: "Time to unprepare one claim, by result.", Buckets: latencyBuckets}, []string{"result"}),
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricOperations,
+			Help: "Prepare and unprepare operations per claim, by result."}, []string{"operation", "result"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricErrors,
+			Help: "Failed prepares and unprepares, by reason."}, []string{"operation", "reason"}),
+		checkpoint: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricCheckpointSeconds,
+			Help: "Time to write a checkpoint record, by durability (fsync or not).", Buckets: latencyBuckets}, []string{"durable"}),
+	}
+	collectors := []prometheus.Collector{x.prepare, x.unprepare, x.ops, x.errors, x.checkpoint,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricPreparedClaims,
+			Help: "Claims prepared on this node."}, func() float64 { return float64(m.own.claims()) }),
+		newDeviceCollector(m),
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	m.metrics = x
+	return x, nil
+}
+
+func (x *Metrics) observe(op string, start time.Time, err error) {
+	if x == nil {
+		return
+	}
+	result := "success"
+	if err != nil {
+		result = "error"
+		x.errors.WithLabelValues(op, Reason(err)).Inc()
+	}
+	h := x.prepare
+	if op == "unprepare" {
+		h = x.unprepare
+	}
+	h.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	x.ops.WithLabelValues(op, result).Inc()
+}
+
+func (x *Metrics) checkpointWrite(start time.Time, durable bool) {
+	if x == nil {
+		return
+	}
+	d := "false"
+	if durable {
+		d = "true"
+	}
+	x.checkpoint.WithLabelValues(d).Observe(time.Since(start).Seconds())
+}
+
+// Reason classifies a prepare or unprepare error for the errors metric.
+func Reason(err error) string {
+	var decodeErr *v1alpha1.DecodeError
+	switch {
+	case errors.Is(err, ErrConflict):
+		return ReasonConflict
+	case errors.As(err, &decodeErr):
+		return ReasonInvalidConfig
+	case errors.Is(err, ErrUnknownDevice):
+		return ReasonUnknownDevice
+	case errors.Is(err, errCheckpoint):
+		return ReasonCheckpoint
+	case errors.Is(err, errCDI):
+		return ReasonCDI
+	default:
+		return ReasonOther
+	}
+}
+
+// deviceCollector reports, per device, whether a claim holds it.
+type deviceCollector struct {
+	m    *Manager
+	desc *prometheus.Desc
+}
+
+func newDeviceCollector(m *Manager) *deviceCollector {
+	return &deviceCollector{m: m, desc: prometheus.NewDesc(MetricDevices,
+		"GPUs of this node by state (allocated: held by at least one prepared claim).", []string{"state"}, nil)}
+}
+
+func (c *deviceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *deviceCollector) Collect(ch chan<- prometheus.Metric) {
+	held := c.m.own.devices()
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(held), "allocated")
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(len(c.m.gpus)-held), "free")
+}
+
+// tagged marks err with a kind sentinel for Reason without changing its
+// message.
+type tagged struct{ kind, err error }
+
+func (t tagged) Error() string   { return t.err.Error() }
+func (t tagged) Unwrap() []error { return []error{t.kind, t.err} }
+
+func tag(kind, err error) error {
+	if err == nil {
+		return nil
+	}
+	return tagged{kind: kind, err: err}
+}
