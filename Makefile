@@ -7,6 +7,13 @@ BIN := $(OUTPUT)/bin
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(OUTPUT)/tools/golangci-lint
+# Helm v3 from the Go module proxy; the -X flags are those of Helm's own release
+# build (version, and the Kubernetes version of its client-go, which helm
+# template/lint assume when no cluster is asked; the chart needs >= 1.34).
+HELM_VERSION ?= v3.22.0
+HELM_K8S_MINOR ?= 37
+HELM := $(OUTPUT)/tools/helm
+CHART := deployments/helm/gpudra
 PKGS := ./...
 BENCH_PKGS := ./pkg/...
 
@@ -22,20 +29,30 @@ test: unit e2e ## The README's test command: vet, unit tests with the race detec
 
 unit:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags failpoints ./pkg/failpoint/ ./pkg/prepare/
 	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -tags failpoints ./pkg/failpoint/ ./pkg/prepare/
 
 k8s-binaries: ## etcd + Kubernetes binaries for the local cluster (cached in _output/bin)
 	./hack/build-k8s.sh
 
-e2e: build k8s-binaries ## e2e suite against the local cluster (starts it, tears it down; E2E_KEEP_CLUSTER=1 keeps it)
+e2e: build k8s-binaries $(HELM) ## e2e suite against the local cluster (starts it, tears it down; E2E_KEEP_CLUSTER=1 keeps it)
 	$(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/
 
 bench-cluster: build k8s-binaries ## Pod create->Running with and without a GPU claim on the local cluster
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -tags e2e -run '^$$' -bench PodCreateToRunning -benchtime $${N:-50}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/cluster.txt
 
+bench-drasock: build k8s-binaries ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API
+	@mkdir -p $(OUTPUT)/bench
+	$(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
+
 demo: build k8s-binaries ## The README's first command
 	./demo/run.sh
+
+.PHONY: notebooks
+notebooks: build k8s-binaries ## Run demo/notebooks/*.ipynb on the local cluster and save their outputs
+	NOTEBOOKS_UPDATE=1 $(GO) test -tags e2e -count=1 -timeout 20m -run '^TestNotebook' -v ./test/e2e/
 
 fuzz: ## Run every fuzz target briefly (FUZZTIME=10s by default)
 	@for t in "FuzzDecode ./api/v1alpha1" "FuzzDecode ./pkg/checkpoint"; do \
@@ -47,8 +64,8 @@ vet:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-lint: vet $(GOLANGCI_LINT) ## go vet + golangci-lint
-	$(GOLANGCI_LINT) run --build-tags e2e $(PKGS)
+lint: vet $(GOLANGCI_LINT) helm-lint ## go vet + golangci-lint + helm lint
+	$(GOLANGCI_LINT) run --build-tags e2e,failpoints $(PKGS)
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(dir $@)
@@ -71,5 +88,33 @@ cluster-down: ## Stop the local cluster and remove _output/cluster
 kubeconfig: ## Print the local cluster's admin kubeconfig path (use: make -s kubeconfig)
 	@test/cluster/cluster.sh kubeconfig
 
+.PHONY: controller-up
+controller-up: build ## Local cluster plus gpu-controller (webhook :30443, /metrics :30880); stop: test/cluster/cluster.sh stop-controller
+	test/cluster/cluster.sh up
+	test/cluster/cluster.sh start-controller
+
 clean:
 	rm -rf $(OUTPUT)
+
+.PHONY: helm-lint image check-dockerfile
+$(HELM):
+	@mkdir -p $(dir $@)
+	GOBIN=$(dir $@) CGO_ENABLED=0 $(GO) install -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	  $(foreach p,pkg/chartutil pkg/lint/rules,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))" \
+	  helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+helm-lint: $(HELM) ## helm lint of the chart: defaults, each values-*.yaml, the other certificate modes
+	$(HELM) lint --strict --quiet $(CHART)
+	@set -e; for v in $(CHART)/values-*.yaml; do echo "$(HELM) lint --strict --quiet $(CHART) --values $$v"; \
+	  $(HELM) lint --strict --quiet $(CHART) --values $$v; done
+	$(HELM) lint --strict --quiet $(CHART) --set controller.certMode=certManager
+	$(HELM) lint --strict --quiet $(CHART) --set controller.certMode=secret,controller.certSecretName=tls
+	$(HELM) lint --strict --quiet $(CHART) --set controller.enabled=false
+
+IMAGE ?= ghcr.io/gpudra/gpudra
+TAG ?= dev
+image: ## Container image with both binaries (needs a Docker engine): IMAGE=... TAG=...
+	docker build -t $(IMAGE):$(TAG) .
+
+check-dockerfile: ## Run the Dockerfile's build-stage RUN commands as plain shell in a copy of the repository
+	hack/check-dockerfile.sh

@@ -16,17 +16,19 @@ import (
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/claimconfig"
+	"github.com/gpudra/gpudra/pkg/failpoint"
 )
 
 // ErrConflict marks a refusal to hand an exclusive GPU to a second claim.
 var ErrConflict = errors.New("GPU already in use by another claim")
 
-// Phases of a prepare, for crash testing (see testHookAfter).
+// Phases of a prepare, for crash testing: failpoints in test builds of the
+// binary (pkg/failpoint) and testHookAfter in unit tests.
 const (
-	phaseStarted             = "PrepareStarted"
-	phaseCDIWritten          = "CDIWritten"
-	phaseCompleted           = "PrepareCompleted"
-	phaseUnprepareCDIRemoved = "UnprepareCDIRemoved"
+	phaseStarted             = failpoint.PrepareStarted
+	phaseCDIWritten          = failpoint.PrepareCDIWritten
+	phaseCompleted           = failpoint.PrepareCompleted
+	phaseUnprepareCDIRemoved = failpoint.UnprepareCDIRemoved
 )
 
 // testHookAfter, when set by tests, runs after each phase of a prepare; a
@@ -34,6 +36,7 @@ const (
 var testHookAfter func(phase string)
 
 func after(phase string) {
+	failpoint.Inject(phase)
 	if testHookAfter != nil {
 		testHookAfter(phase)
 	}
