@@ -1,0 +1,136 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+)
+
+// BenchmarkDRASock calls a node plugin's dra.sock with the kubelet's own gRPC
+// API, for claims that exist and are allocated in the API server, so each
+// prepare includes the claim GET the kubelet-plugin helper performs.
+// Claims are allocated by writing their status as the scheduler would (no
+// pods, so the kubelet never touches them).
+//
+//	make bench-drasock
+func BenchmarkDRASock(b *testing.B) {
+	const node = "gpu-h100"
+	ns := benchNamespace(b)
+	conn, err := grpc.NewClient("unix://"+filepath.Join(nodeDir(node), "kubelet", "plugins", driver, "dra.sock"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	dra := drapb.NewDRAPluginClient(conn)
+
+	// 8 one-GPU claims (gpu-0..gpu-7) and one claim with all 8 GPUs; the
+	// latter is only ever prepared alone.
+	single := make([]*drapb.Claim, 8)
+	for i := range single {
+		single[i] = allocatedClaim(b, ns, fmt.Sprintf("one-%d", i), node, i)
+	}
+	all := allocatedClaim(b, ns, "eight", node, 0, 1, 2, 3, 4, 5, 6, 7)
+
+	cycle := func(claims ...*drapb.Claim) (prep, unprep time.Duration) {
+		start := time.Now()
+		resp, err := dra.NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{Claims: claims})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for uid, r := range resp.Claims {
+			if r.Error != "" {
+				b.Fatalf("prepare %s: %s", uid, r.Error)
+			}
+		}
+		prep = time.Since(start)
+		start = time.Now()
+		uresp, err := dra.NodeUnprepareResources(context.Background(), &drapb.NodeUnprepareResourcesRequest{Claims: claims})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for uid, r := range uresp.Claims {
+			if r.Error != "" {
+				b.Fatalf("unprepare %s: %s", uid, r.Error)
+			}
+		}
+		return prep, time.Since(start)
+	}
+	run := func(name string, claims ...*drapb.Claim) {
+		b.Run(name, func(b *testing.B) {
+			var prep, unprep []time.Duration
+			for i := 0; i < b.N; i++ {
+				p, u := cycle(claims...)
+				prep, unprep = append(prep, p), append(unprep, u)
+			}
+			report(b, "prepare", prep)
+			report(b, "unprepare", unprep)
+		})
+	}
+	run("1-gpu-claim", single[0])
+	run("8-gpu-claim", all)
+	run("8-claims-one-call", single...)
+	b.Run("8-parallel-callers", func(b *testing.B) {
+		per := max(1, b.N/8)
+		start := time.Now()
+		var wg sync.WaitGroup
+		for w := 0; w < 8; w++ {
+			wg.Go(func() {
+				for i := 0; i < per; i++ {
+					cycle(single[w])
+				}
+			})
+		}
+		wg.Wait()
+		b.ReportMetric(float64(per*8)/time.Since(start).Seconds(), "cycles/s")
+	})
+}
+
+func report(b *testing.B, what string, lat []time.Duration) {
+	slices.Sort(lat)
+	at := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(float64(len(lat))*p))].Microseconds()) / 1000
+	}
+	b.ReportMetric(at(0.5), what+"-p50-ms")
+	b.ReportMetric(at(0.9), what+"-p90-ms")
+	b.ReportMetric(at(0.99), what+"-p99-ms")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, what+"-max-ms")
+}
+
+// allocatedClaim creates a claim and allocates the given GPUs of node to it.
+func allocatedClaim(b *testing.B, ns, name, node string, gpus ...int) *drapb.Claim {
+	ctx := context.Background()
+	c := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.gpudra.io",
+				AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(len(gpus))},
+		}}}},
+	}
+	c, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	alloc := &resourceapi.AllocationResult{}
+	for _, g := range gpus {
+		alloc.Devices.Results = append(alloc.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: "gpu", Driver: driver, Pool: node, Device: fmt.Sprintf("gpu-%d", g)})
+	}
+	c.Status.Allocation = alloc
+	if _, err := client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	return &drapb.Claim{Namespace: ns, Name: name, Uid: string(c.UID)}
+}
