@@ -1,0 +1,74 @@
+{{/* Names shared by the templates. */}}
+
+{{- define "gpudra.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* <release>-<chart>, or just <release> when it already contains the chart name. */}}
+{{- define "gpudra.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "gpudra.name" . -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DRA driver name; fixed, the RBAC and the admission policy refer to it. */}}
+{{- define "gpudra.driverName" -}}gpu.gpudra.io{{- end -}}
+
+{{- define "gpudra.pluginName" -}}{{ include "gpudra.fullname" . }}-kubelet-plugin{{- end -}}
+{{- define "gpudra.controllerName" -}}{{ include "gpudra.fullname" . }}-controller{{- end -}}
+
+{{/* Secret with the webhook's serving certificate. */}}
+{{- define "gpudra.certSecretName" -}}
+{{- if .Values.controller.certSecretName -}}
+{{- .Values.controller.certSecretName -}}
+{{- else if eq .Values.controller.certMode "secret" -}}
+{{- fail "controller.certMode=secret needs controller.certSecretName: the existing kubernetes.io/tls Secret to serve with" -}}
+{{- else -}}
+{{- include "gpudra.fullname" . }}-webhook-tls
+{{- end -}}
+{{- end -}}
+
+{{- define "gpudra.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "gpudra.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpudra
+{{- end -}}
+
+{{/* gpudra.labels plus the component; pass (list $ "component"). */}}
+{{- define "gpudra.componentLabels" -}}
+{{ include "gpudra.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* Selector labels; pass (list $ "component"). */}}
+{{- define "gpudra.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ include "gpudra.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "gpudra.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The ServiceAccount user names, as the API server sees them. */}}
+{{- define "gpudra.pluginUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpudra.pluginName" . }}
+{{- end -}}
+
+{{- define "gpudra.certModeValid" -}}
+{{- if not (has .Values.controller.certMode (list "selfManaged" "certManager" "secret")) -}}
+{{- fail (printf "controller.certMode=%q: must be selfManaged, certManager or secret" .Values.controller.certMode) -}}
+{{- end -}}
+{{- end -}}
