@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -127,9 +128,13 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
-	manager := prepare.New(prepare.Config{
+	manager, err := prepare.New(prepare.Config{
 		DriverName: o.DriverName, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
+		LockDir: filepath.Join(o.PluginDataDir(), "locks"),
 	})
+	if err != nil {
+		return nil, err
+	}
 	if _, err := manager.Recover(ctx); err != nil {
 		return nil, err
 	}

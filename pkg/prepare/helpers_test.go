@@ -25,11 +25,12 @@ const (
 // env is one node's on-disk state; several Managers can be created over it
 // to simulate restarts.
 type env struct {
-	t      testing.TB
-	node   *model.Node
-	ckDir  string
-	cdiDir string
-	bootID string
+	t       testing.TB
+	node    *model.Node
+	ckDir   string
+	cdiDir  string
+	lockDir string
+	bootID  string
 }
 
 func newEnv(t testing.TB, gpus int) *env {
@@ -40,7 +41,7 @@ func newEnv(t testing.TB, gpus int) *env {
 			ProductName: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30,
 		})
 	}
-	return &env{t: t, node: node, ckDir: t.TempDir(), cdiDir: t.TempDir(), bootID: "boot-1"}
+	return &env{t: t, node: node, ckDir: t.TempDir(), cdiDir: t.TempDir(), lockDir: t.TempDir(), bootID: "boot-1"}
 }
 
 // manager creates a Manager over the env's directories and recovers, like a
@@ -60,7 +61,8 @@ func (e *env) tryManager() (*Manager, RecoverReport, error) {
 	require.NoError(e.t, err)
 	w, err := cdi.NewWriter(e.cdiDir, edits)
 	require.NoError(e.t, err)
-	m := New(Config{DriverName: testDriver, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w})
+	m, err := New(Config{DriverName: testDriver, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir})
+	require.NoError(e.t, err)
 	rep, err := m.Recover(ctx(e.t))
 	return m, rep, err
 }

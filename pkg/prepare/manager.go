@@ -14,7 +14,6 @@ package prepare
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -36,32 +35,37 @@ type Config struct {
 	Node        *model.Node
 	Checkpoints *checkpoint.Store
 	CDI         *cdi.Writer
+	// LockDir holds the per-device lock files; every plugin process of the
+	// node must use the same directory (e.g. <plugin data dir>/locks).
+	LockDir string
 }
 
-// Manager prepares and unprepares claims.
+// Manager prepares and unprepares claims. It keeps no state between calls
+// that is not on disk: during a rolling update another plugin process works
+// on the same node, and the kubelet may call either.
 type Manager struct {
 	cfg   Config
-	gpus  map[string]*model.GPU  // by device name
-	locks map[string]*sync.Mutex // by device name; fixed at start
-	own   *owners
+	gpus  map[string]*model.GPU // by device name; fixed at start
+	locks *deviceLocks
 	// metrics is set by NewMetrics before serving; nil records nothing.
 	metrics *Metrics
 }
 
 // New creates a Manager. Call Recover before serving requests.
-func New(cfg Config) *Manager {
-	m := &Manager{
-		cfg:   cfg,
-		gpus:  make(map[string]*model.GPU, len(cfg.Node.GPUs)),
-		locks: make(map[string]*sync.Mutex, len(cfg.Node.GPUs)),
-		own:   newOwners(),
-	}
+func New(cfg Config) (*Manager, error) {
+	m := &Manager{cfg: cfg, gpus: make(map[string]*model.GPU, len(cfg.Node.GPUs))}
+	names := make([]string, 0, len(cfg.Node.GPUs))
 	for i := range cfg.Node.GPUs {
 		g := &cfg.Node.GPUs[i]
 		m.gpus[g.DeviceName()] = g
-		m.locks[g.DeviceName()] = &sync.Mutex{}
+		names = append(names, g.DeviceName())
 	}
-	return m
+	locks, err := newDeviceLocks(cfg.LockDir, names)
+	if err != nil {
+		return nil, err
+	}
+	m.locks = locks
+	return m, nil
 }
 
 // PrepareClaims prepares claims concurrently and returns one result per claim.
@@ -113,26 +117,6 @@ func forEach[T any, R any](items []T, f func(T) (types.UID, R)) map[types.UID]R 
 	return results
 }
 
-// lockDevices locks the named devices in sorted order and returns the unlock.
-func (m *Manager) lockDevices(names []string) (func(), error) {
-	sorted := slices.Clone(names)
-	slices.Sort(sorted)
-	sorted = slices.Compact(sorted)
-	for _, n := range sorted {
-		if _, ok := m.locks[n]; !ok {
-			return nil, fmt.Errorf("device %q is not a GPU of this node (pool %s); it may have been removed since the claim was allocated: %w", n, m.cfg.PoolName, ErrUnknownDevice)
-		}
-	}
-	for _, n := range sorted {
-		m.locks[n].Lock()
-	}
-	return func() {
-		for i := len(sorted) - 1; i >= 0; i-- {
-			m.locks[sorted[i]].Unlock()
-		}
-	}, nil
-}
-
 // Unprepare undoes Prepare. Unknown claims succeed (idempotency).
 func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedObject) error {
 	logger := klog.FromContext(ctx)
@@ -146,7 +130,7 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 		// crash hit between writing it and the first checkpoint write.
 		return m.cfg.CDI.RemoveClaim(uid)
 	}
-	unlock, err := m.lockDevices(recordDeviceNames(rec))
+	unlock, err := m.locks.lock(recordDeviceNames(rec))
 	if err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}
@@ -155,11 +139,24 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 		return tag(errCDI, err)
 	}
 	after(phaseUnprepareCDIRemoved)
-	if err := m.cfg.Checkpoints.Delete(uid); err != nil {
-		return tag(errCheckpoint, fmt.Errorf("unprepare claim %s: remove checkpoint: %w", claim.String(), err))
+	if err := m.forget(rec); err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}
-	m.own.release(uid)
 	logger.V(3).Info("Unprepared claim", "claim", claim.String(), "devices", len(rec.Devices))
+	return nil
+}
+
+// forget removes a claim's holders, then its record (holders never outlive
+// their record). The caller holds the devices' locks.
+func (m *Manager) forget(rec *checkpoint.ClaimRecord) error {
+	for _, d := range rec.Devices {
+		if err := m.cfg.Checkpoints.RemoveHolder(d.Name, rec.UID); err != nil {
+			return tag(errCheckpoint, err)
+		}
+	}
+	if err := m.cfg.Checkpoints.Delete(rec.UID); err != nil {
+		return tag(errCheckpoint, fmt.Errorf("remove checkpoint: %w", err))
+	}
 	return nil
 }
 

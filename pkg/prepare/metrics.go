@@ -64,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer, m *Manager) (*Metrics, error) {
 	}
 	collectors := []prometheus.Collector{x.prepare, x.unprepare, x.ops, x.errors, x.checkpoint,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricPreparedClaims,
-			Help: "Claims prepared on this node."}, func() float64 { return float64(m.own.claims()) }),
+			Help: "Claims prepared on this node."}, func() float64 { _, claims := m.heldCounts(); return float64(claims) }),
 		newDeviceCollector(m),
 	}
 	for _, c := range collectors {
@@ -123,6 +123,21 @@ func Reason(err error) string {
 	}
 }
 
+// heldCounts counts the devices held by a claim and the claims holding one.
+func (m *Manager) heldCounts() (devices, claims int) {
+	held, err := m.cfg.Checkpoints.HeldDevices()
+	if err != nil {
+		return 0, 0
+	}
+	seen := map[string]bool{}
+	for _, uids := range held {
+		for _, u := range uids {
+			seen[u] = true
+		}
+	}
+	return len(held), len(seen)
+}
+
 // deviceCollector reports, per device, whether a claim holds it.
 type deviceCollector struct {
 	m    *Manager
@@ -137,7 +152,7 @@ func newDeviceCollector(m *Manager) *deviceCollector {
 func (c *deviceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *deviceCollector) Collect(ch chan<- prometheus.Metric) {
-	held := c.m.own.devices()
+	held, _ := c.m.heldCounts()
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(held), "allocated")
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(len(c.m.gpus)-held), "free")
 }

@@ -1,112 +1,66 @@
 package prepare
 
-import "sync"
+import (
+	"fmt"
 
-// holder is one claim holding a device.
-type holder struct {
-	claimUID string
-	claim    string // namespace/name, for messages
-	access   access
-}
+	"github.com/gpudra/gpudra/pkg/checkpoint"
+)
 
 // access is how a claim holds a device.
-type access int
+type access string
 
 const (
 	// exclusive: the whole device for this claim alone.
-	exclusive access = iota
+	exclusive access = "exclusive"
 	// share: a consumable-capacity share (the allocation has a ShareID);
 	// shares of one device coexist, an exclusive holder does not.
-	share
+	share access = "share"
 	// admin: adminAccess, e.g. a monitoring agent; coexists with anything.
-	admin
+	admin access = "admin"
 )
 
 func compatible(a, b access) bool {
 	return a == admin || b == admin || (a == share && b == share)
 }
 
-// owners indexes which claims hold which device on this node. It is rebuilt
-// from the checkpoint at start-up and kept in step with it afterwards.
-type owners struct {
-	mu       sync.Mutex
-	byDevice map[string][]holder
-}
-
-func newOwners() *owners { return &owners{byDevice: map[string][]holder{}} }
-
-// conflict returns a holder of device other than claimUID that cannot coexist
-// with h, if any.
-func (o *owners) conflict(device string, h holder) (holder, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, other := range o.byDevice[device] {
-		if other.claimUID == h.claimUID {
-			continue
-		}
-		if !compatible(other.access, h.access) {
-			return other, true
+// conflict returns a holder of device, other than claimUID, that cannot
+// coexist with access a. The holders are on disk (see checkpoint.Holder), so
+// claims prepared by another plugin process count too. The caller holds the
+// device's lock.
+func (m *Manager) conflict(device, claimUID string, a access) (checkpoint.Holder, bool, error) {
+	holders, err := m.cfg.Checkpoints.Holders(device)
+	if err != nil {
+		return checkpoint.Holder{}, false, tag(errCheckpoint, err)
+	}
+	for _, h := range holders {
+		if h.ClaimUID != claimUID && !compatible(access(h.Access), a) {
+			return h, true, nil
 		}
 	}
-	return holder{}, false
+	return checkpoint.Holder{}, false, nil
 }
 
-func (o *owners) add(device string, h holder) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, other := range o.byDevice[device] {
-		if other.claimUID == h.claimUID {
-			return
+// hold records that the claim of rec holds its devices. The caller holds the
+// devices' locks, and rec is already in the checkpoint.
+func (m *Manager) hold(rec *checkpoint.ClaimRecord) error {
+	for _, d := range rec.Devices {
+		h := checkpoint.Holder{ClaimUID: rec.UID, Claim: rec.Namespace + "/" + rec.Name, Access: string(accessOf(d))}
+		if err := m.cfg.Checkpoints.AddHolder(d.Name, h); err != nil {
+			return tag(errCheckpoint, fmt.Errorf("record holder of %s: %w", d.Name, err))
 		}
 	}
-	o.byDevice[device] = append(o.byDevice[device], h)
+	return nil
 }
 
-func (o *owners) release(claimUID string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for dev, hs := range o.byDevice {
-		kept := hs[:0]
-		for _, h := range hs {
-			if h.claimUID != claimUID {
-				kept = append(kept, h)
-			}
-		}
-		if len(kept) == 0 {
-			delete(o.byDevice, dev)
-		} else {
-			o.byDevice[dev] = kept
-		}
+// holders returns the claim UIDs holding device (for tests and metrics).
+func (m *Manager) holders(device string) []string {
+	hs, _ := m.cfg.Checkpoints.Holders(device)
+	uids := make([]string, 0, len(hs))
+	for _, h := range hs {
+		uids = append(uids, h.ClaimUID)
 	}
-}
-
-// holders returns the claim UIDs holding device (for tests and status).
-func (o *owners) holders(device string) []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var uids []string
-	for _, h := range o.byDevice[device] {
-		uids = append(uids, h.claimUID)
+	if len(uids) == 0 {
+		return nil
 	}
 	return uids
-}
-
-// claims counts the distinct claims holding any device.
-func (o *owners) claims() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	seen := map[string]bool{}
-	for _, hs := range o.byDevice {
-		for _, h := range hs {
-			seen[h.claimUID] = true
-		}
-	}
-	return len(seen)
-}
-
-// devices counts the devices held by at least one claim.
-func (o *owners) devices() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.byDevice)
 }

@@ -72,7 +72,7 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	for i, p := range plan {
 		names[i] = p.record.Name
 	}
-	unlock, err := m.lockDevices(names)
+	unlock, err := m.locks.lock(names)
 	if err != nil {
 		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
 	}
@@ -91,11 +91,14 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	}
 
 	for _, p := range plan {
-		h := holder{claimUID: uid, claim: ref, access: p.access}
-		if other, busy := m.own.conflict(p.record.Name, h); busy {
+		other, busy, err := m.conflict(p.record.Name, uid, p.access)
+		if err != nil {
+			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+		}
+		if busy {
 			return nil, fmt.Errorf("prepare claim %s: %w: %s (%s) is prepared for claim %s (uid %s); "+
 				"refusing to give an exclusive GPU to two claims — check for a stale allocation of that claim",
-				ref, ErrConflict, p.record.Name, p.record.UUID, other.claim, other.claimUID)
+				ref, ErrConflict, p.record.Name, p.record.UUID, other.Claim, other.ClaimUID)
 		}
 	}
 
@@ -108,12 +111,16 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	if err := m.putRecord(rec, false); err != nil {
 		return nil, fmt.Errorf("prepare claim %s: record PrepareStarted: %w", ref, err)
 	}
+	if err := m.hold(rec); err != nil {
+		m.rollback(ctx, rec)
+		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+	}
 	after(phaseStarted)
 	// From here on the checkpoint says a prepare is under way: a crash is
 	// rolled back or completed by Recover; a failure is rolled back now.
 	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(plan))
 	if err != nil {
-		m.rollback(ctx, uid)
+		m.rollback(ctx, rec)
 		return nil, fmt.Errorf("prepare claim %s: %w", ref, tag(errCDI, err))
 	}
 	after(phaseCDIWritten)
@@ -122,13 +129,10 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	}
 	rec.State = checkpoint.PrepareCompleted
 	if err := m.putRecord(rec, true); err != nil {
-		m.rollback(ctx, uid)
+		m.rollback(ctx, rec)
 		return nil, fmt.Errorf("prepare claim %s: record PrepareCompleted: %w", ref, err)
 	}
 	after(phaseCompleted)
-	for _, p := range plan {
-		m.own.add(p.record.Name, holder{claimUID: uid, claim: ref, access: p.access})
-	}
 	logger.V(3).Info("Prepared claim", "claim", ref, "devices", names)
 	return kubeletDevices(rec), nil
 }
@@ -221,14 +225,14 @@ func sharingEnv(cfg *v1alpha1.GpuClaimParameters) []string {
 }
 
 // rollback undoes a failed prepare; errors are logged, Recover retries.
-func (m *Manager) rollback(ctx context.Context, uid string) {
+func (m *Manager) rollback(ctx context.Context, rec *checkpoint.ClaimRecord) {
 	logger := klog.FromContext(ctx)
-	if err := m.cfg.CDI.RemoveClaim(uid); err != nil {
-		logger.Error(err, "Rollback: removing CDI spec failed; it will be retried at restart", "claimUID", uid)
+	if err := m.cfg.CDI.RemoveClaim(rec.UID); err != nil {
+		logger.Error(err, "Rollback: removing CDI spec failed; it will be retried at restart", "claimUID", rec.UID)
 		return
 	}
-	if err := m.cfg.Checkpoints.Delete(uid); err != nil {
-		logger.Error(err, "Rollback: removing checkpoint failed; it will be retried at restart", "claimUID", uid)
+	if err := m.forget(rec); err != nil {
+		logger.Error(err, "Rollback: removing checkpoint failed; it will be retried at restart", "claimUID", rec.UID)
 	}
 }
 

@@ -52,7 +52,7 @@ func TestPrepareUnprepare(t *testing.T) {
 	rec, err = m.cfg.Checkpoints.Get(uidA)
 	require.NoError(t, err)
 	require.Nil(t, rec)
-	require.Empty(t, m.own.holders("gpu-2"))
+	require.Empty(t, m.holders("gpu-2"))
 	// Unprepare of an unknown (or already unprepared) claim succeeds.
 	require.NoError(t, m.Unprepare(ctx(t), ref(c)))
 	require.NoError(t, m.Unprepare(ctx(t), ref(gpuClaim(uidB, "never", "gpu-0"))))
@@ -209,13 +209,13 @@ func TestCrashAtEachPhase(t *testing.T) {
 			if tc.wantRestored == 1 {
 				// A completed claim keeps (or gets back) its spec and its GPU.
 				require.Equal(t, []string{uidA}, specs)
-				require.Equal(t, []string{uidA}, m2.own.holders("gpu-1"))
+				require.Equal(t, []string{uidA}, m2.holders("gpu-1"))
 				if tc.unprepare {
 					require.Equal(t, 1, rep.SpecsRewritten)
 				}
 			} else {
 				require.Empty(t, specs)
-				require.Empty(t, m2.own.holders("gpu-1"))
+				require.Empty(t, m2.holders("gpu-1"))
 			}
 			// Whatever happened, the kubelet's retry converges.
 			devs, err := m2.Prepare(ctx(t), c)
@@ -261,7 +261,7 @@ func TestRecoverCleansStaleAndOrphans(t *testing.T) {
 	require.Equal(t, RecoverReport{Stale: 1, OrphanSpecs: 1}, rep)
 	specs, _ := m2.cfg.CDI.ListClaims()
 	require.Empty(t, specs)
-	require.Empty(t, m2.own.holders("gpu-0"))
+	require.Empty(t, m2.holders("gpu-0"))
 }
 
 // A record torn by a power loss belongs to the earlier boot and must not

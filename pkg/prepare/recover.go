@@ -50,27 +50,12 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 			"because it cannot know which GPUs they hold (README: 'Recovering a corrupted checkpoint'):\n  %s",
 			ErrCorruptCheckpoint, len(loaded.Corrupt), strings.Join(msgs, "\n  "))
 	}
-	known := map[string]bool{}
 	for _, rec := range loaded.Stale {
-		if err := m.discard(rec); err != nil {
+		// No process works on a claim of an earlier boot: no lock needed.
+		if err := m.cfg.CDI.RemoveClaim(rec.UID); err != nil {
 			return rep, err
 		}
 		rep.Stale++
-	}
-	for _, rec := range loaded.Current {
-		if rec.State != checkpoint.PrepareCompleted {
-			logger.Info("Rolling back interrupted claim", "claim", rec.Namespace+"/"+rec.Name, "uid", rec.UID, "state", rec.State)
-			if err := m.discard(rec); err != nil {
-				return rep, err
-			}
-			rep.RolledBack++
-			continue
-		}
-		if err := m.restore(rec, &rep); err != nil {
-			return rep, err
-		}
-		known[rec.UID] = true
-		rep.Restored++
 	}
 	if len(loaded.StaleCorrupt) > 0 {
 		logger.Info("Discarding unreadable checkpoint records of an earlier boot", "count", len(loaded.StaleCorrupt),
@@ -79,22 +64,84 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 	if err := m.cfg.Checkpoints.PruneStale(); err != nil {
 		return rep, err
 	}
-	specs, err := m.cfg.CDI.ListClaims()
-	if err != nil {
-		return rep, err
-	}
-	for _, uid := range specs {
-		if known[uid] {
-			continue
-		}
-		if err := m.cfg.CDI.RemoveClaim(uid); err != nil {
+	for _, rec := range loaded.Current {
+		if err := m.recoverClaim(ctx, rec, &rep); err != nil {
 			return rep, err
 		}
-		rep.OrphanSpecs++
+	}
+	if err := m.removeOrphans(&rep); err != nil {
+		return rep, err
 	}
 	logger.Info("Recovered prepared claims", "restored", rep.Restored, "rolledBack", rep.RolledBack,
 		"stale", rep.Stale, "orphanSpecs", rep.OrphanSpecs, "specsRewritten", rep.SpecsRewritten)
 	return rep, nil
+}
+
+// recoverClaim settles one record of this boot under its devices' locks: if
+// another plugin process (a rolling update) is preparing it right now, the
+// lock waits for that to finish, and the record is read again.
+func (m *Manager) recoverClaim(ctx context.Context, seen *checkpoint.ClaimRecord, rep *RecoverReport) error {
+	unlock, err := m.locks.lock(recordDeviceNames(seen))
+	if err != nil {
+		return fmt.Errorf("claim %s/%s is prepared with a GPU this node no longer has: %w; "+
+			"a GPU changed under a running workload — drain the node, then remove %s",
+			seen.Namespace, seen.Name, err, m.cfg.Checkpoints.Path(seen.UID))
+	}
+	defer unlock()
+	rec, err := m.cfg.Checkpoints.Get(seen.UID)
+	switch {
+	case err != nil:
+		return err
+	case rec == nil:
+		return nil // unprepared meanwhile by another process
+	case rec.State != checkpoint.PrepareCompleted:
+		klog.FromContext(ctx).Info("Rolling back interrupted claim", "claim", rec.Namespace+"/"+rec.Name, "uid", rec.UID, "state", rec.State)
+		if err := m.discard(rec); err != nil {
+			return err
+		}
+		rep.RolledBack++
+		return nil
+	default:
+		if err := m.restore(rec, rep); err != nil {
+			return err
+		}
+		rep.Restored++
+		return nil
+	}
+}
+
+// removeOrphans removes CDI specs and holders without a checkpoint record.
+// A record is written before its spec and holders and removed after them,
+// so "no record now" means orphaned, even with another process at work.
+func (m *Manager) removeOrphans(rep *RecoverReport) error {
+	specs, err := m.cfg.CDI.ListClaims()
+	if err != nil {
+		return err
+	}
+	for _, uid := range specs {
+		rec, err := m.cfg.Checkpoints.Get(uid)
+		if err != nil || rec != nil {
+			continue // a corrupt record was reported above; a live one keeps its spec
+		}
+		if err := m.cfg.CDI.RemoveClaim(uid); err != nil {
+			return err
+		}
+		rep.OrphanSpecs++
+	}
+	held, err := m.cfg.Checkpoints.HeldDevices()
+	if err != nil {
+		return err
+	}
+	for device, uids := range held {
+		for _, uid := range uids {
+			if rec, err := m.cfg.Checkpoints.Get(uid); err == nil && rec == nil {
+				if err := m.cfg.Checkpoints.RemoveHolder(device, uid); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // discard removes every trace of a claim that is not (or no longer) prepared.
@@ -102,8 +149,8 @@ func (m *Manager) discard(rec *checkpoint.ClaimRecord) error {
 	if err := m.cfg.CDI.RemoveClaim(rec.UID); err != nil {
 		return err
 	}
-	if err := m.cfg.Checkpoints.Delete(rec.UID); err != nil {
-		return fmt.Errorf("remove checkpoint of claim %s/%s: %w", rec.Namespace, rec.Name, err)
+	if err := m.forget(rec); err != nil {
+		return fmt.Errorf("claim %s/%s: %w", rec.Namespace, rec.Name, err)
 	}
 	return nil
 }
@@ -126,8 +173,8 @@ func (m *Manager) restore(rec *checkpoint.ClaimRecord, rep *RecoverReport) error
 		}
 		plan = append(plan, p)
 	}
-	for _, p := range plan {
-		m.own.add(p.record.Name, holder{claimUID: rec.UID, claim: ref, access: p.access})
+	if err := m.hold(rec); err != nil {
+		return err
 	}
 	ok, err := m.cfg.CDI.HasClaim(rec.UID)
 	if err != nil || ok {

@@ -1,0 +1,50 @@
+package checkpoint
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestHolders(t *testing.T) {
+	dir := t.TempDir()
+	s := openTestStore(t, dir, testBootID)
+	hs, err := s.Holders("gpu-0")
+	require.NoError(t, err)
+	require.Empty(t, hs)
+
+	require.NoError(t, s.AddHolder("gpu-0", Holder{ClaimUID: "a", Claim: "ns/a", Access: "exclusive"}))
+	require.NoError(t, s.AddHolder("gpu-0", Holder{ClaimUID: "b", Claim: "ns/b", Access: "share"}))
+	require.NoError(t, s.AddHolder("gpu-1", Holder{ClaimUID: "a", Claim: "ns/a", Access: "exclusive"}))
+	hs, err = s.Holders("gpu-0")
+	require.NoError(t, err)
+	require.ElementsMatch(t, []Holder{{"a", "ns/a", "exclusive"}, {"b", "ns/b", "share"}}, hs)
+
+	// A second process on the same directory sees the same holders.
+	other := openTestStore(t, dir, testBootID)
+	held, err := other.HeldDevices()
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"a", "b"}, held["gpu-0"])
+	require.Equal(t, []string{"a"}, held["gpu-1"])
+
+	require.NoError(t, s.RemoveHolder("gpu-0", "a"))
+	require.NoError(t, s.RemoveHolder("gpu-0", "a"), "removing twice is fine")
+	hs, err = s.Holders("gpu-0")
+	require.NoError(t, err)
+	require.Equal(t, []Holder{{"b", "ns/b", "share"}}, hs)
+
+	// Holders are ignored by LoadAll and pruned with their boot.
+	res, err := s.LoadAll()
+	require.NoError(t, err)
+	require.Empty(t, res.Corrupt)
+	next := openTestStore(t, dir, "next-boot")
+	require.NoError(t, next.PruneStale())
+	held, err = next.HeldDevices()
+	require.NoError(t, err)
+	require.Empty(t, held)
+
+	for _, bad := range []string{"", "../x", "GPU-0", "a/b"} {
+		require.Error(t, s.AddHolder(bad, Holder{ClaimUID: "a"}), bad)
+	}
+	require.Error(t, s.AddHolder("gpu-0", Holder{ClaimUID: "../a"}))
+}
