@@ -135,7 +135,8 @@ func validateDeviceName(name string) error {
 		return fmt.Errorf("invalid device name %q: must be 1 to 128 characters", name)
 	}
 	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+		allowed := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-'
+		if !allowed {
 			return fmt.Errorf("invalid device name %q: only lower-case letters, digits and '-' are allowed", name)
 		}
 	}
