@@ -5,7 +5,9 @@
 //
 //   - self-managed (default): SelfManaged, run on the leader, keeps a CA and
 //     a serving certificate for <service>.<namespace>.svc (and
-//     .svc.cluster.local, plus extra names) in a kubernetes.io/tls Secret
+//     .svc.cluster.local, plus extra names; an extra name that parses as an
+//     IP address, e.g. 127.0.0.1 for a webhook configured by URL, becomes an
+//     IP SAN) in a kubernetes.io/tls Secret
 //     (tls.crt, tls.key, ca.crt), reuses it while it is valid, renews it
 //     before it expires and writes the CA into the caBundle of every webhook
 //     of the ValidatingWebhookConfiguration. Every replica serves the

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"slices"
 	"time"
 
@@ -40,7 +41,10 @@ type Bundle struct {
 }
 
 // ServiceDNSNames returns the names under which the API server reaches the
-// webhook Service, followed by any extra names.
+// webhook Service, followed by any extra names. Extra names may be IP
+// addresses (for a webhook configured with clientConfig.url such as
+// https://127.0.0.1:9443/...); Generate puts those into the certificate's IP
+// SANs.
 func ServiceDNSNames(service, namespace string, extra ...string) []string {
 	names := []string{
 		service + "." + namespace + ".svc",
@@ -54,13 +58,33 @@ func ServiceDNSNames(service, namespace string, extra ...string) []string {
 	return names
 }
 
-// Generate creates a new CA and a serving certificate for dnsNames signed by
-// it, both valid from now (minus a little clock skew) for validity. The CA's
-// key is discarded: the next rotation creates a new CA. extraCAs are
-// appended to the bundle's CA certificates.
-func Generate(dnsNames []string, now time.Time, validity time.Duration, extraCAs []byte) (*Bundle, error) {
-	if len(dnsNames) == 0 {
-		return nil, errors.New("generate serving certificate: no DNS names given")
+// splitSANs sorts names into DNS names and IP addresses: an entry that
+// parses as an IP address (v4 or v6) is one.
+func splitSANs(names []string) (dnsNames []string, ips []net.IP) {
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			ips = append(ips, ip)
+			continue
+		}
+		dnsNames = append(dnsNames, n)
+	}
+	return dnsNames, ips
+}
+
+// Generate creates a new CA and a serving certificate for names signed by
+// it, both valid from now (minus a little clock skew) for validity. Names
+// that parse as IP addresses become IP SANs, the others DNS SANs; the common
+// name is the first DNS name (the first IP if there is none). The CA's key
+// is discarded: the next rotation creates a new CA. extraCAs are appended to
+// the bundle's CA certificates.
+func Generate(names []string, now time.Time, validity time.Duration, extraCAs []byte) (*Bundle, error) {
+	if len(names) == 0 {
+		return nil, errors.New("generate serving certificate: no DNS names or IP addresses given")
+	}
+	dnsNames, ips := splitSANs(names)
+	commonName := names[0]
+	if len(dnsNames) > 0 {
+		commonName = dnsNames[0]
 	}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -85,8 +109,9 @@ func Generate(dnsNames []string, now time.Time, validity time.Duration, extraCAs
 		return nil, fmt.Errorf("generate serving key: %w", err)
 	}
 	servingTemplate := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: dnsNames[0]},
+		Subject:     pkix.Name{CommonName: commonName},
 		DNSNames:    dnsNames,
+		IPAddresses: ips,
 		NotBefore:   notBefore,
 		NotAfter:    notAfter,
 		KeyUsage:    x509.KeyUsageDigitalSignature,
@@ -120,19 +145,26 @@ func sign(template, parent *x509.Certificate, pub *ecdsa.PublicKey, signer *ecds
 	return x509.ParseCertificate(der)
 }
 
-// Check tells why b cannot be used (any more) to serve dnsNames at now: the
-// key does not match, a name is missing, the certificate does not chain to
-// the bundle's CAs, or it expires within rotateBefore. It returns nil when b
-// can be kept.
-func Check(b *Bundle, dnsNames []string, now time.Time, rotateBefore time.Duration) error {
+// Check tells why b cannot be used (any more) to serve names at now: the key
+// does not match, a name is missing (an entry that parses as an IP address
+// must be among the IP SANs, any other among the DNS SANs), the certificate
+// does not chain to the bundle's CAs, or it expires within rotateBefore. It
+// returns nil when b can be kept.
+func Check(b *Bundle, names []string, now time.Time, rotateBefore time.Duration) error {
 	pair, err := tls.X509KeyPair(b.CertPEM, b.KeyPEM)
 	if err != nil {
 		return fmt.Errorf("%s and %s do not form a key pair: %w", CertKey, KeyKey, err)
 	}
 	leaf := pair.Leaf
+	dnsNames, ips := splitSANs(names)
 	for _, n := range dnsNames {
 		if !slices.Contains(leaf.DNSNames, n) {
-			return fmt.Errorf("certificate is not valid for %q (it covers %v)", n, leaf.DNSNames)
+			return fmt.Errorf("certificate is not valid for %q (it covers %v)", n, coveredNames(leaf))
+		}
+	}
+	for _, ip := range ips {
+		if !slices.ContainsFunc(leaf.IPAddresses, ip.Equal) {
+			return fmt.Errorf("certificate is not valid for IP address %s (it covers %v)", ip, coveredNames(leaf))
 		}
 	}
 	if left := leaf.NotAfter.Sub(now); left <= rotateBefore {
@@ -148,6 +180,15 @@ func Check(b *Bundle, dnsNames []string, now time.Time, rotateBefore time.Durati
 		return fmt.Errorf("certificate does not verify against %s: %w", CAKey, err)
 	}
 	return nil
+}
+
+// coveredNames lists the DNS and IP SANs of a certificate.
+func coveredNames(c *x509.Certificate) []string {
+	out := slices.Clone(c.DNSNames)
+	for _, ip := range c.IPAddresses {
+		out = append(out, ip.String())
+	}
+	return out
 }
 
 // firstValidCA returns the first certificate in caPEM, in PEM, if it is still

@@ -43,7 +43,8 @@ type SelfManaged struct {
 	Client     kubernetes.Interface
 	Namespace  string
 	SecretName string
-	// DNSNames the certificate must cover; see ServiceDNSNames.
+	// DNSNames the certificate must cover; see ServiceDNSNames. Entries that
+	// parse as IP addresses are IP SANs.
 	DNSNames []string
 	// WebhookConfigName names the ValidatingWebhookConfiguration whose
 	// webhooks get the CA as caBundle; empty leaves it alone.
@@ -79,7 +80,7 @@ func (m *SelfManaged) setDefaults() error {
 			m.RotateBefore, m.Validity)
 	}
 	if len(m.DNSNames) == 0 {
-		return errors.New("self-managed certificates need at least one DNS name (the webhook Service)")
+		return errors.New("self-managed certificates need at least one DNS name or IP address (the webhook Service)")
 	}
 	return nil
 }

@@ -229,3 +229,42 @@ func TestReconcileReportsAPIErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), "check the controller's RBAC")
 	assert.False(t, m.Holder.Ready())
 }
+
+// TestSelfManagedIPSAN configures an IP address among the names, as for a
+// webhook reached by URL (https://127.0.0.1:<port>/...): a Secret issued
+// without it is renewed, and a client that dials the IP and trusts the
+// caBundle accepts the served certificate.
+func TestSelfManagedIPSAN(t *testing.T) {
+	now := time.Now()
+	withoutIP, err := Generate(ServiceDNSNames("gpudra-controller", testNS), now, DefaultValidity, nil)
+	require.NoError(t, err)
+	client := fake.NewClientset(webhookConfig(), tlsSecret(withoutIP))
+	m := newManager(client, &clock{now: now})
+	m.DNSNames = ServiceDNSNames("gpudra-controller", testNS, "127.0.0.1")
+	require.NoError(t, m.Reconcile(t.Context()))
+	assert.Equal(t, []string{"update"}, secretWrites(client), "a certificate without the IP SAN is renewed")
+	require.NoError(t, m.Reconcile(t.Context()))
+	assert.Equal(t, []string{"update"}, secretWrites(client), "the renewed one is kept")
+
+	// Serve the holder's certificate on a bare TLS listener: httptest would
+	// fall back to its own certificate for clients that send no SNI, and a
+	// client dialling an IP sends none.
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", m.Holder.TLSConfig())
+	require.NoError(t, err)
+	defer func() { _ = ln.Close() }()
+	go func() {
+		conn, err := ln.Accept()
+		if err == nil {
+			_ = conn.(*tls.Conn).Handshake()
+			_ = conn.Close()
+		}
+	}()
+	cfg, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), testConfig, metav1.GetOptions{})
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(cfg.Webhooks[0].ClientConfig.CABundle))
+	// No ServerName: the client verifies the certificate against the IP it dials.
+	conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	require.NoError(t, err, "TLS to %s trusting the caBundle", ln.Addr())
+	_ = conn.Close()
+}

@@ -10,11 +10,13 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/gpudra/gpudra/pkg/certs"
@@ -87,7 +89,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Where the webhook's serving certificate comes from: self-managed (generated, stored in --cert-secret-name, rotated, caBundle patched), "+
 			"secret (an existing kubernetes.io/tls Secret, e.g. from cert-manager, which also injects the caBundle), or files (--cert-file/--key-file).")
 	fs.StringVar(&o.CertSecretName, "cert-secret-name", "gpudra-webhook-tls", "Secret with tls.crt/tls.key (cert modes self-managed and secret).")
-	fs.StringSliceVar(&o.CertExtraSANs, "cert-extra-sans", nil, "Additional DNS names for the self-managed certificate.")
+	fs.StringSliceVar(&o.CertExtraSANs, "cert-extra-sans", nil,
+		"Additional DNS names or IP addresses for the self-managed certificate; an IP (e.g. 127.0.0.1 for a webhook configured with clientConfig.url) becomes an IP SAN.")
 	fs.DurationVar(&o.CertValidity, "cert-validity", certs.DefaultValidity, "Validity of self-managed certificates.")
 	fs.DurationVar(&o.CertRotateBefore, "cert-rotate-before", certs.DefaultRotateBefore, "Renew a self-managed certificate this long before it expires.")
 	fs.DurationVar(&o.CertCheckInterval, "cert-check-interval", certs.DefaultCheckInterval, "How often the leader checks the self-managed certificate.")
@@ -151,6 +154,12 @@ func (o *Options) validateCerts() []error {
 		}
 		if o.CertCheckInterval <= 0 {
 			errs = append(errs, fmt.Errorf("--cert-check-interval=%s must be positive", o.CertCheckInterval))
+		}
+		for _, san := range o.CertExtraSANs {
+			if net.ParseIP(san) == nil && len(validation.IsWildcardDNS1123Subdomain(san)) > 0 &&
+				len(validation.IsDNS1123Subdomain(san)) > 0 {
+				errs = append(errs, fmt.Errorf("--cert-extra-sans: %q is neither an IP address nor a DNS name (lower-case letters, digits, '-' and '.')", san))
+			}
 		}
 		fallthrough
 	case CertModeSecret:

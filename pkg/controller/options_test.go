@@ -66,6 +66,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--leader-elect-retry-period=9s"}, wantErr: "1.2 × --leader-elect-retry-period (9s)"},
 		{args: []string{"--leader-elect=false", "--leader-elect-retry-period=9s"}},
 		{args: []string{"--cert-mode=secret", "--cert-rotate-before=9000h"}},
+		{args: []string{"--cert-extra-sans=127.0.0.1,::1,wh.example.com,*.example.com"}},
+		{args: []string{"--cert-extra-sans=127.0.0.1,Bad_Name"}, wantErr: `--cert-extra-sans: "Bad_Name" is neither an IP address nor a DNS name`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.wantErr, func(t *testing.T) {

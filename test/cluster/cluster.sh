@@ -9,6 +9,8 @@
 #
 # Usage: cluster.sh up | down | status | kubeconfig
 #        cluster.sh stop-plugin NODE | start-plugin NODE | restart-plugin NODE
+#        cluster.sh start-controller | stop-controller
+#        cluster.sh add-node NODE=PROFILE | remove-node NODE
 #
 #   up              build missing binaries, make the PKI, start everything and
 #                   wait until the nodes are Ready and their ResourceSlices are
@@ -19,6 +21,20 @@
 #   stop-plugin     stop one node's plugin (SIGTERM, then SIGKILL after 10s)
 #   start-plugin    start it again and wait until it serves its sockets
 #   restart-plugin  kill -9 one node's plugin, start it again and wait
+#   start-controller  run _output/bin/gpu-controller on the host (dedicated
+#                   identity, namespace GPUDRA_CONTROLLER_NAMESPACE, webhook
+#                   on https://127.0.0.1:<webhook port>, self-managed
+#                   certificate, DeviceClasses with nvidia.com/gpu); create
+#                   the ValidatingWebhookConfiguration gpudra-local-controller
+#                   (failurePolicy Ignore) and wait until the controller is
+#                   ready, the caBundle is set and the webhook rejects an
+#                   invalid claim (a server-side dry run); a running
+#                   controller is kept, the configuration applied again
+#   stop-controller delete that webhook configuration, stop the controller
+#   add-node        start the runtime, kubelet and plugin of one more node
+#                   (its own ports and dirs) and wait for its ResourceSlice
+#   remove-node     stop a node's processes, delete its Node object and
+#                   ResourceSlices, unmount and remove its dir
 #
 # Environment (defaults in brackets). `up` records the effective settings in
 # <cluster-dir>/cluster.env and the other commands use those.
@@ -34,14 +50,23 @@
 #                                127.0.0.1, so 127.0.0.1 or 0.0.0.0 [127.0.0.1]
 #   GPUDRA_SCHEDULER_PORT        kube-scheduler secure port [30259]
 #   GPUDRA_CONTROLLER_MANAGER_PORT kube-controller-manager secure port [30257]
-#   GPUDRA_KUBELET_PORT          first kubelet's port, +1 per node [30250]
-#   GPUDRA_KUBELET_HEALTHZ_PORT  first kubelet's healthz port, +1 per node [30280]
+#   GPUDRA_KUBELET_PORT          first kubelet's port, +1 per node slot [30250]
+#   GPUDRA_KUBELET_HEALTHZ_PORT  first kubelet's healthz port, +1 per slot [30280]
 #   GPUDRA_HOST_IP               node IP and apiserver advertise address
 #                                [source address of the default route]
 #   GPUDRA_SERVICE_CIDR          service IP range [10.0.0.0/24]
 #   GPUDRA_V                     klog verbosity of the Kubernetes components [2]
 #   GPUDRA_PLUGIN_V              verbosity of gpu-kubelet-plugin [4]
 #   GPUDRA_FAKE_CRI_V            verbosity of gpudra-fake-cri [2]
+#   GPUDRA_CONTROLLER_WEBHOOK_PORT gpu-controller webhook port [30443]
+#   GPUDRA_CONTROLLER_METRICS_PORT its /metrics, /healthz, /readyz port [30880]
+#   GPUDRA_CONTROLLER_NAMESPACE  its namespace (certificate Secret) [gpudra-local]
+#   GPUDRA_CONTROLLER_V          its verbosity [4]
+#   GPUDRA_CONTROLLER_WEBHOOK_NAMESPACE_LABEL  set: the webhook only checks
+#                                namespaces with this label key (start-controller
+#                                reads it each time; the e2e tests use it so
+#                                that other tests' namespaces are not checked)
+#                                [unset: every namespace but kube-system]
 #   GPUDRA_WAIT_TIMEOUT          seconds allowed per readiness step [90]
 #   GPUDRA_STOP_TIMEOUT          seconds between SIGTERM and SIGKILL [10]
 #   GPUDRA_BUILD                 auto: build only missing binaries; always:
@@ -67,10 +92,14 @@ source "$SCRIPT_DIR/lib/pki.sh"
 source "$SCRIPT_DIR/lib/control-plane.sh"
 # shellcheck source=lib/nodes.sh
 source "$SCRIPT_DIR/lib/nodes.sh"
+# shellcheck source=lib/node-ops.sh
+source "$SCRIPT_DIR/lib/node-ops.sh"
+# shellcheck source=lib/controller.sh
+source "$SCRIPT_DIR/lib/controller.sh"
 
 DRIVER_NAME=gpu.gpudra.io
 K8S_BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl)
-GPUDRA_BINARIES=(gpu-kubelet-plugin gpudra-fake-cri)
+GPUDRA_BINARIES=(gpu-kubelet-plugin gpudra-fake-cri gpu-controller)
 
 CLUSTER_DIR=${GPUDRA_CLUSTER_DIR:-$REPO_ROOT/_output/cluster}
 CLUSTER_DIR=${CLUSTER_DIR%/}
@@ -193,8 +222,9 @@ on_up_exit() {
 # the cluster is left, unmounts and removes the cluster dir.
 teardown() {
 	local c pid leftover
-	# Reverse start order: per node the plugin, the kubelet, then the runtime.
-	for c in $(node_components | tr ' ' '\n' | tac) kube-controller-manager kube-scheduler kube-apiserver etcd; do
+	# Reverse start order: the controller, per node the plugin, the kubelet,
+	# then the runtime.
+	for c in "$CONTROLLER_COMPONENT" $(node_components | tr ' ' '\n' | tac) kube-controller-manager kube-scheduler kube-apiserver etcd; do
 		stop_component "$c"
 	done
 	for pid in $(cluster_pids); do
@@ -237,6 +267,11 @@ cmd_status() {
 			all_up=1
 		fi
 	done
+	if pid=$(component_pid "$CONTROLLER_COMPONENT"); then
+		printf '%-34s running (pid %s), optional\n' "$CONTROLLER_COMPONENT" "$pid"
+	else
+		printf '%-34s stopped, optional (start-controller)\n' "$CONTROLLER_COMPONENT"
+	fi
 	if apiserver_ready; then echo "apiserver: ready on :$APISERVER_PORT"; else echo "apiserver: not ready"; fi
 	return "$all_up"
 }
@@ -283,8 +318,12 @@ main() {
 	status) cmd_status ;;
 	kubeconfig) cmd_kubeconfig ;;
 	stop-plugin | start-plugin | restart-plugin) cmd_plugin "${cmd%-plugin}" "$@" ;;
+	start-controller) cmd_start_controller ;;
+	stop-controller) cmd_stop_controller ;;
+	add-node) cmd_add_node "$@" ;;
+	remove-node) cmd_remove_node "$@" ;;
 	-h | --help | help) sed -n '/^# Starts/,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' ;;
-	*) die "usage: $0 up|down|status|kubeconfig|stop-plugin NODE|start-plugin NODE|restart-plugin NODE (see --help)" ;;
+	*) die "usage: $0 up|down|status|kubeconfig|stop-plugin NODE|start-plugin NODE|restart-plugin NODE|start-controller|stop-controller|add-node NODE=PROFILE|remove-node NODE (see --help)" ;;
 	esac
 }
 

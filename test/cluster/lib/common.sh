@@ -150,7 +150,8 @@ stop_component() {
 }
 
 # COMPONENT_BINARIES are the programs a cluster runs.
-COMPONENT_BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet gpudra-fake-cri gpu-kubelet-plugin)
+COMPONENT_BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet gpudra-fake-cri
+	gpu-kubelet-plugin gpu-controller)
 
 # cluster_pids lists every live component process of this cluster, whether
 # or not a PID file still knows it: one of COMPONENT_BINARIES whose command

@@ -44,11 +44,13 @@ check_socket_paths() {
 	done
 }
 
-# prepare_nodes checks every node's profile before anything starts.
+# prepare_nodes checks every node's profile before anything starts and
+# gives the nodes their port slots (see node_slot) in list order.
 prepare_nodes() {
-	local node
-	for node in "${NODE_NAMES[@]}"; do
-		write_gpu_info "$node"
+	local i
+	for i in "${!NODE_NAMES[@]}"; do
+		write_gpu_info "${NODE_NAMES[$i]}"
+		echo "$i" >"$(node_dir "${NODE_NAMES[$i]}")/slot"
 	done
 }
 
@@ -82,7 +84,7 @@ start_fake_cri() {
 # the fake runtime, sharing the host with the other kubelets.
 write_kubelet_config() {
 	local node=$1 idx dir
-	idx=$(node_index "$node")
+	idx=$(node_slot "$node")
 	dir=$(node_dir "$node")
 	cat >"$dir/kubelet-config.yaml" <<-EOF
 		apiVersion: kubelet.config.k8s.io/v1beta1
@@ -153,11 +155,19 @@ wait_plugin() {
 	wait_for "$WAIT_TIMEOUT" "the plugin sockets of $node" "plugin-$node" plugin_serving "$node"
 }
 
-# kubelet_registrations NODE counts how often the node's kubelet connected
-# to our driver after registering it (a -v 2 line of the kubelet's log).
+# kubelet_registrations NODE counts the completed registrations of our
+# driver in the node's kubelet log (-v 2 lines): a "RegisterPlugin started"
+# for the registration socket followed by a "Connection changed ...
+# connected=true". A connection alone does not count: after a kill -9 the
+# kubelet's channel of the old registration briefly reconnects to the new
+# process's dra.sock, then the kubelet unregisters the old plugin and
+# registers the new one, and only from then on can it prepare claims.
 kubelet_registrations() {
-	grep -c "\"Connection changed\".*driverName=\"$DRIVER_NAME\".*connected=true" \
-		"$LOG_DIR/kubelet-$1.log" 2>/dev/null || true
+	awk -v sock="$(reg_socket "$1")" -v drv="driverName=\"$DRIVER_NAME\"" '
+		index($0, "\"OperationExecutor.RegisterPlugin started\"") && index($0, sock) { n++; up = 0 }
+		index($0, "\"Connection changed\"") && index($0, drv) { up = index($0, "connected=true") > 0 }
+		END { print (n > 0 && !up) ? n - 1 : n + 0 }
+	' "$LOG_DIR/kubelet-$1.log" 2>/dev/null || echo 0
 }
 
 registered_more_than() { (($(kubelet_registrations "$1") > $2)); }
