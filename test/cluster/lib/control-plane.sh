@@ -46,6 +46,9 @@ start_apiserver() {
 		--authorization-mode Node,RBAC
 		--enable-admission-plugins NodeRestriction
 		--runtime-config resource.k8s.io/v1=true
+		# Like every real cluster (and kind): the plugin DaemonSet of the Helm
+		# chart is privileged on real GPU nodes, and its dry run must pass.
+		--allow-privileged=true
 		# logs/exec/port-forward: the apiserver dials the kubelet's InternalIP
 		# (the node names are not resolvable) with this client certificate.
 		--kubelet-client-certificate "$PKI_DIR/apiserver-kubelet-client.crt"
