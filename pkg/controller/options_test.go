@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"github.com/gpudra/gpudra/pkg/endpoints"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -85,9 +86,9 @@ func TestValidate(t *testing.T) {
 
 func TestHealthEndpoints(t *testing.T) {
 	ready := false
-	mux := newHealthMux(prometheus.NewRegistry(),
-		[]check{{name: "ping", fn: func(*http.Request) error { return nil }}},
-		[]check{boolCheck("certificate", func() bool { return ready }, "no certificate yet")})
+	mux := endpoints.NewMux(prometheus.NewRegistry(),
+		[]endpoints.Check{{Name: "ping", Fn: func(*http.Request) error { return nil }}},
+		[]endpoints.Check{endpoints.BoolCheck("certificate", func() bool { return ready }, "no certificate yet")})
 	get := func(path string) (int, string) {
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpudra/gpudra/pkg/endpoints"
 	"net"
 	"net/http"
 	"sync"
@@ -101,13 +102,13 @@ func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhoo
 		return err
 	}
 
-	live := []check{{name: "ping", fn: func(*http.Request) error { return nil }}}
-	ready := []check{boolCheck("certificate", holder.Ready,
+	live := []endpoints.Check{{Name: "ping", Fn: func(*http.Request) error { return nil }}}
+	ready := []endpoints.Check{endpoints.BoolCheck("certificate", holder.Ready,
 		fmt.Sprintf("no webhook serving certificate loaded yet (--cert-mode=%s; see the log)", opts.CertMode))}
 	var watchdog *leaderelection.HealthzAdaptor
 	if opts.LeaderElect {
 		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
-		live = append(live, check{name: "leader-election", fn: watchdog.Check})
+		live = append(live, endpoints.Check{Name: "leader-election", Fn: watchdog.Check})
 	}
 
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
@@ -121,7 +122,7 @@ func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhoo
 	switch {
 	case opts.usesSecret():
 		src := &certs.SecretSource{Client: client, Namespace: opts.Namespace, Name: opts.CertSecretName, Holder: holder}
-		ready = append(ready, boolCheck("certificate-secret-watch", src.HasSynced, "the watch on the certificate Secret has not synced"))
+		ready = append(ready, endpoints.BoolCheck("certificate-secret-watch", src.HasSynced, "the watch on the certificate Secret has not synced"))
 		g.Go("certificate Secret watch", src.Run)
 	default:
 		src := &certs.FileSource{CertFile: opts.CertFile, KeyFile: opts.KeyFile, Interval: opts.CertFileInterval, Holder: holder}
@@ -135,7 +136,7 @@ func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhoo
 		return serve(ctx, webhookLn, mux, holder, webhookCtx)
 	})
 	g.Go("metrics server", func(ctx context.Context) error {
-		return serve(ctx, metricsLn, newHealthMux(reg, live, ready), nil, context.Background())
+		return serve(ctx, metricsLn, endpoints.NewMux(reg, live, ready), nil, context.Background())
 	})
 	logger.Info("Serving", "webhook", webhookLn.Addr().String()+webhook.Path, "metrics", metricsLn.Addr().String(),
 		"certMode", opts.CertMode, "leaderElect", opts.LeaderElect)

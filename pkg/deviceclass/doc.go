@@ -19,7 +19,9 @@
 // The controller owns the classes labelled app.kubernetes.io/managed-by=
 // gpudra-controller (all it creates) or gpudra.io/managed=true (the per-model
 // ones, which also carry the productName in the gpudra.io/product-name
-// annotation). A class of the same name without those labels, for example one
-// applied by hand from deployments/static, is never changed or deleted; the
-// conflict is logged and reported as a Warning event on the class.
+// annotation); deployments/static carries the managed-by label, so a class
+// applied from there is adopted. A class of the same name without those
+// labels, for example one an administrator wrote, is never changed or
+// deleted; the conflict is logged and reported as a Warning event on the
+// class.
 package deviceclass
