@@ -117,4 +117,3 @@ func (s *Store) PruneStale() error {
 	}
 	return nil
 }
-
