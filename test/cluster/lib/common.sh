@@ -103,7 +103,15 @@ start_component() {
 		printf '\n'
 	} >>"$LOG_DIR/$name.log"
 	setsid "$@" </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
-	echo $! >"$(pid_file "$name")"
+	local pid=$! i
+	echo "$pid" >"$(pid_file "$name")"
+	# Until the child has exec'd, its command line is still this script's,
+	# and is_cluster_pid would call it dead. Wait for the exec (or its exit).
+	for ((i = 0; i < 250; i++)); do
+		is_cluster_pid "$pid" && return 0
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.02
+	done
 }
 
 # stop_pid PID [SIGNAL] ends a process and its process group: SIGNAL (TERM by
