@@ -3,49 +3,25 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
-	"k8s.io/component-base/logs"
-	logsapi "k8s.io/component-base/logs/api/v1"
-	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/pkg/cli"
 	"github.com/gpudra/gpudra/pkg/plugin"
 )
 
-func main() {
-	if err := newCommand().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main(newCommand()) }
 
 func newCommand() *cobra.Command {
 	opts := &plugin.Options{}
-	logConfig := logsapi.NewLoggingConfiguration()
 	cmd := &cobra.Command{
-		Use:           "gpu-kubelet-plugin",
-		Short:         "DRA kubelet plugin for NVIDIA GPUs (gpudra)",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := logsapi.ValidateAndApply(logConfig, nil); err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			ctx = klog.NewContext(ctx, klog.Background().WithName("gpu-kubelet-plugin"))
-			return plugin.Run(ctx, opts)
-		},
+		Use:   "gpu-kubelet-plugin",
+		Short: "DRA kubelet plugin for NVIDIA GPUs (gpudra)",
+		Args:  cobra.NoArgs,
 	}
 	opts.AddFlags(cmd.Flags())
-	logsapi.AddFlags(logConfig, cmd.Flags())
 	cmd.AddCommand(newInspectCommand())
-	cobra.OnFinalize(logs.FlushLogs)
-	return cmd
+	return cli.Command(cmd, opts.Validate, func(ctx context.Context) error { return plugin.Run(ctx, opts) })
 }
 
 func newInspectCommand() *cobra.Command {
