@@ -121,20 +121,29 @@ func forEach[T any, R any](items []T, f func(T) (types.UID, R)) map[types.UID]R 
 func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedObject) error {
 	logger := klog.FromContext(ctx)
 	uid := string(claim.UID)
+	seen, err := m.cfg.Checkpoints.Get(uid)
+	if err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+	}
+	if seen == nil {
+		// Never prepared, or already unprepared: nothing is held. Removing
+		// the spec is idempotent and cheap, so make sure none is left.
+		return m.cfg.CDI.RemoveClaim(uid)
+	}
+	unlock, err := m.locks.lock(recordDeviceNames(seen))
+	if err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+	}
+	defer unlock()
+	// Read again under the locks: another plugin process (rolling update)
+	// may have unprepared the claim meanwhile.
 	rec, err := m.cfg.Checkpoints.Get(uid)
 	if err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}
 	if rec == nil {
-		// Never prepared, or already unprepared. A spec may still exist if a
-		// crash hit between writing it and the first checkpoint write.
 		return m.cfg.CDI.RemoveClaim(uid)
 	}
-	unlock, err := m.locks.lock(recordDeviceNames(rec))
-	if err != nil {
-		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
-	}
-	defer unlock()
 	if err := m.cfg.CDI.RemoveClaim(uid); err != nil {
 		return tag(errCDI, err)
 	}

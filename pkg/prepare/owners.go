@@ -2,6 +2,7 @@ package prepare
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gpudra/gpudra/pkg/checkpoint"
 )
@@ -47,6 +48,19 @@ func (m *Manager) hold(rec *checkpoint.ClaimRecord) error {
 		h := checkpoint.Holder{ClaimUID: rec.UID, Claim: rec.Namespace + "/" + rec.Name, Access: string(accessOf(d))}
 		if err := m.cfg.Checkpoints.AddHolder(d.Name, h); err != nil {
 			return tag(errCheckpoint, fmt.Errorf("record holder of %s: %w", d.Name, err))
+		}
+	}
+	return nil
+}
+
+// dropHoldersOutside removes the claim's holders on devices of rec that are
+// not in keep.
+func (m *Manager) dropHoldersOutside(rec *checkpoint.ClaimRecord, keep []string) error {
+	for _, d := range rec.Devices {
+		if !slices.Contains(keep, d.Name) {
+			if err := m.cfg.Checkpoints.RemoveHolder(d.Name, rec.UID); err != nil {
+				return tag(errCheckpoint, err)
+			}
 		}
 	}
 	return nil

@@ -89,6 +89,13 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 		}
 		return kubeletDevices(rec), nil
 	}
+	if rec != nil {
+		// An earlier attempt was interrupted; if it named other devices, drop
+		// its holders there (only our own markers, so no lock is needed).
+		if err := m.dropHoldersOutside(rec, names); err != nil {
+			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+		}
+	}
 
 	for _, p := range plan {
 		other, busy, err := m.conflict(p.record.Name, uid, p.access)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -134,7 +135,11 @@ func (m *Manager) removeOrphans(rep *RecoverReport) error {
 	}
 	for device, uids := range held {
 		for _, uid := range uids {
-			if rec, err := m.cfg.Checkpoints.Get(uid); err == nil && rec == nil {
+			rec, err := m.cfg.Checkpoints.Get(uid)
+			if err != nil {
+				continue
+			}
+			if rec == nil || !slices.Contains(recordDeviceNames(rec), device) {
 				if err := m.cfg.Checkpoints.RemoveHolder(device, uid); err != nil {
 					return err
 				}

@@ -95,3 +95,17 @@ func TestRecoverWaitsForAPrepareInFlight(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{uidA}, specs)
 }
+
+// A prepare retried with another device set (after an interrupted attempt)
+// must not leave the first attempt's device held.
+func TestRetriedPrepareWithOtherDevicesReleasesTheOld(t *testing.T) {
+	e := newEnv(t, 2)
+	m, _ := e.manager()
+	crash(t, phaseStarted, func() { _, _ = m.Prepare(ctx(t), gpuClaim(uidA, "a", "gpu-0")) })
+	require.Equal(t, []string{uidA}, m.holders("gpu-0"))
+	_, err := m.Prepare(ctx(t), gpuClaim(uidA, "a", "gpu-1"))
+	require.NoError(t, err)
+	require.Empty(t, m.holders("gpu-0"))
+	_, err = m.Prepare(ctx(t), gpuClaim(uidB, "b", "gpu-0"))
+	require.NoError(t, err, "gpu-0 is free again")
+}
