@@ -2,6 +2,7 @@ package cdi
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -55,7 +56,7 @@ func (SimulatedEdits) Device(gpu *model.GPU) (*cdispec.ContainerEdits, error) {
 }
 
 func charDevice(path string, major, minor int64) *cdispec.DeviceNode {
-	mode := fileMode(0o666)
+	mode := os.FileMode(0o666)
 	return &cdispec.DeviceNode{Path: path, Type: "c", Major: major, Minor: minor, FileMode: &mode}
 }
 

@@ -176,5 +176,3 @@ func (w *Writer) ListClaims() ([]string, error) {
 	sort.Strings(uids)
 	return uids, nil
 }
-
-type fileMode = os.FileMode
