@@ -137,7 +137,7 @@ func decode(b []byte) (*ClaimRecord, *CorruptError) {
 	}
 	if !rec.State.Valid() {
 		return nil, corrupt(nil, "the record has unknown state %q (want %s, %s or %s)",
-			truncate(string(rec.State), 80), PrepareStarted, PrepareCompleted, UnprepareStarted)
+			model.Truncate(string(rec.State), 80), PrepareStarted, PrepareCompleted, UnprepareStarted)
 	}
 	for i := range rec.Devices {
 		rec.Devices[i].Config = normalizeRaw(rec.Devices[i].Config)
@@ -152,11 +152,11 @@ func parseChecksum(s string) ([]byte, error) {
 		if s == "" {
 			return nil, errors.New("the envelope has no \"checksum\" field")
 		}
-		return nil, fmt.Errorf("checksum %q does not start with %q", truncate(s, 80), checksumPrefix)
+		return nil, fmt.Errorf("checksum %q does not start with %q", model.Truncate(s, 80), checksumPrefix)
 	}
 	sum, err := hex.DecodeString(hexSum)
 	if err != nil || len(sum) != sha256.Size {
-		return nil, fmt.Errorf("checksum %q is not %s followed by %d hex digits", truncate(s, 80), checksumPrefix, 2*sha256.Size)
+		return nil, fmt.Errorf("checksum %q is not %s followed by %d hex digits", model.Truncate(s, 80), checksumPrefix, 2*sha256.Size)
 	}
 	return sum, nil
 }

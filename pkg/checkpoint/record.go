@@ -126,11 +126,3 @@ type Device struct {
 	// package treats it as opaque JSON.
 	Config json.RawMessage `json:"config,omitempty"`
 }
-
-// truncate shortens s for error messages.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}

@@ -129,7 +129,7 @@ func TestUIDValidation(t *testing.T) {
 	s := openTestStore(t, dir, testBootID)
 	bad := []string{"", "../x", "a/b", "/abs", "..", ".", "a.b", "a b", "a\x00b", "ü", "a\\b", strings.Repeat("a", 65)}
 	for _, uid := range bad {
-		t.Run(fmt.Sprintf("%q", truncate(uid, 10)), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%q", model.Truncate(uid, 10)), func(t *testing.T) {
 			require.Error(t, model.ValidateUID(uid))
 			err := s.Put(&ClaimRecord{UID: uid, State: PrepareStarted})
 			require.ErrorContains(t, err, "invalid claim UID")

@@ -15,7 +15,7 @@ func ValidateUID(uid string) error {
 	}
 	if len(uid) > MaxUIDLength {
 		return fmt.Errorf("invalid claim UID %q: it is %d bytes long; a claim UID must be 1-%d characters of ASCII letters, digits and '-'",
-			truncate(uid, 80), len(uid), MaxUIDLength)
+			Truncate(uid, 80), len(uid), MaxUIDLength)
 	}
 	for i := 0; i < len(uid); i++ {
 		c := uid[i]
@@ -28,8 +28,8 @@ func ValidateUID(uid string) error {
 	return nil
 }
 
-// truncate shortens s for error messages.
-func truncate(s string, n int) string {
+// Truncate shortens s to n bytes plus "..." for error messages.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

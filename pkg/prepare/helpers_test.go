@@ -122,3 +122,16 @@ func opaque(source resourceapi.AllocationConfigSource, params string, requests .
 func ref(c *resourceapi.ResourceClaim) kubeletplugin.NamespacedObject {
 	return kubeletplugin.NamespacedObject{UID: c.UID, NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}}
 }
+
+// holders returns the claim UIDs holding device (for tests).
+func (m *Manager) holders(device string) []string {
+	hs, _ := m.cfg.Checkpoints.Holders(device)
+	uids := make([]string, 0, len(hs))
+	for _, h := range hs {
+		uids = append(uids, h.ClaimUID)
+	}
+	if len(uids) == 0 {
+		return nil
+	}
+	return uids
+}

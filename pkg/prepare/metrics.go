@@ -62,11 +62,7 @@ func NewMetrics(reg prometheus.Registerer, m *Manager) (*Metrics, error) {
 		checkpoint: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricCheckpointSeconds,
 			Help: "Time to write a checkpoint record, by durability (fsync or not).", Buckets: latencyBuckets}, []string{"durable"}),
 	}
-	collectors := []prometheus.Collector{x.prepare, x.unprepare, x.ops, x.errors, x.checkpoint,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricPreparedClaims,
-			Help: "Claims prepared on this node."}, func() float64 { _, claims := m.heldCounts(); return float64(claims) }),
-		newDeviceCollector(m),
-	}
+	collectors := []prometheus.Collector{x.prepare, x.unprepare, x.ops, x.errors, x.checkpoint, newHeldCollector(m)}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -123,38 +119,36 @@ func Reason(err error) string {
 	}
 }
 
-// heldCounts counts the devices held by a claim and the claims holding one.
-func (m *Manager) heldCounts() (devices, claims int) {
-	held, err := m.cfg.Checkpoints.HeldDevices()
+// heldCollector reports the prepared claims and the devices by state from
+// one read of the on-disk holder index per scrape.
+type heldCollector struct {
+	m              *Manager
+	claims, states *prometheus.Desc
+}
+
+func newHeldCollector(m *Manager) *heldCollector {
+	return &heldCollector{m: m,
+		claims: prometheus.NewDesc(MetricPreparedClaims, "Claims prepared on this node.", nil, nil),
+		states: prometheus.NewDesc(MetricDevices,
+			"GPUs of this node by state (allocated: held by at least one prepared claim).", []string{"state"}, nil)}
+}
+
+func (c *heldCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.claims; ch <- c.states }
+
+func (c *heldCollector) Collect(ch chan<- prometheus.Metric) {
+	held, err := c.m.cfg.Checkpoints.HeldDevices()
 	if err != nil {
-		return 0, 0
+		held = nil // reported as nothing held; the error surfaces in prepare
 	}
-	seen := map[string]bool{}
+	claims := map[string]bool{}
 	for _, uids := range held {
 		for _, u := range uids {
-			seen[u] = true
+			claims[u] = true
 		}
 	}
-	return len(held), len(seen)
-}
-
-// deviceCollector reports, per device, whether a claim holds it.
-type deviceCollector struct {
-	m    *Manager
-	desc *prometheus.Desc
-}
-
-func newDeviceCollector(m *Manager) *deviceCollector {
-	return &deviceCollector{m: m, desc: prometheus.NewDesc(MetricDevices,
-		"GPUs of this node by state (allocated: held by at least one prepared claim).", []string{"state"}, nil)}
-}
-
-func (c *deviceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *deviceCollector) Collect(ch chan<- prometheus.Metric) {
-	held, _ := c.m.heldCounts()
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(held), "allocated")
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(len(c.m.gpus)-held), "free")
+	ch <- prometheus.MustNewConstMetric(c.claims, prometheus.GaugeValue, float64(len(claims)))
+	ch <- prometheus.MustNewConstMetric(c.states, prometheus.GaugeValue, float64(len(held)), "allocated")
+	ch <- prometheus.MustNewConstMetric(c.states, prometheus.GaugeValue, float64(len(c.m.gpus)-len(held)), "free")
 }
 
 // tagged marks err with a kind sentinel for Reason without changing its

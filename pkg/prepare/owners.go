@@ -65,16 +65,3 @@ func (m *Manager) dropHoldersOutside(rec *checkpoint.ClaimRecord, keep []string)
 	}
 	return nil
 }
-
-// holders returns the claim UIDs holding device (for tests and metrics).
-func (m *Manager) holders(device string) []string {
-	hs, _ := m.cfg.Checkpoints.Holders(device)
-	uids := make([]string, 0, len(hs))
-	for _, h := range hs {
-		uids = append(uids, h.ClaimUID)
-	}
-	if len(uids) == 0 {
-		return nil
-	}
-	return uids
-}
