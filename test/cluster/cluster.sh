@@ -71,6 +71,9 @@
 #   GPUDRA_STOP_TIMEOUT          seconds between SIGTERM and SIGKILL [10]
 #   GPUDRA_BUILD                 auto: build only missing binaries; always:
 #                                also rerun `make build`; never [auto]
+#   GPUDRA_SHARED_HOST           1: start even if another kubelet serves the
+#                                host's device-plugin socket (a second dev
+#                                cluster, e.g. from hack/cluster-slot.sh) [0]
 #   GPUDRA_KEEP_LOGS             1: `down` copies the logs to
 #                                <cluster-dir>-logs/ before removing the dir [0]
 #   GPUDRA_KEEP_ON_FAILURE       1: a failed `up` leaves the processes running
