@@ -53,6 +53,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		return nil, nvmlError("get device count", ret)
 	}
 	resolver, _ := lib.(PCIeRootResolver)
+	handles := make([]nvml.Device, 0, count)
 	for i := 0; i < count; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
@@ -66,7 +67,9 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		logger.V(4).Info("Discovered GPU", "index", gpu.Index, "minor", gpu.Minor, "uuid", gpu.UUID,
 			"product", gpu.ProductName, "pciBusID", gpu.PCIBusID, "pcieRoot", gpu.PCIeRoot, "migEnabled", gpu.MIGEnabled)
 		node.GPUs = append(node.GPUs, gpu)
+		handles = append(handles, dev)
 	}
+	nvlinkDomains(ctx, handles, node.GPUs)
 	return node, nil
 }
 

@@ -33,6 +33,10 @@ type GPU struct {
 	MIGCapable bool `json:"migCapable"`
 	// MIGEnabled reports whether MIG mode is currently enabled.
 	MIGEnabled bool `json:"migEnabled"`
+	// NVLinkDomain names the group of GPUs of this node that are fully
+	// connected by NVLink (directly or through NVSwitch) with this one: the
+	// UUID of the group's first GPU. Empty when the GPU has no NVLink peer.
+	NVLinkDomain string `json:"nvlinkDomain,omitempty"`
 }
 
 // Node holds node-wide facts and the GPUs of one node.

@@ -30,6 +30,10 @@ const (
 	AttrIndex                 resourceapi.QualifiedName = "index"
 	AttrMinor                 resourceapi.QualifiedName = "minor"
 	AttrMIGCapable            resourceapi.QualifiedName = "migCapable"
+	// AttrNVLinkDomain is shared by the GPUs of a node that are fully
+	// connected by NVLink (model.GPU.NVLinkDomain); absent without NVLink.
+	// Use it in matchAttribute constraints to get NVLink-connected GPUs.
+	AttrNVLinkDomain resourceapi.QualifiedName = "nvlinkDomain"
 
 	CapacityMemory resourceapi.QualifiedName = "memory"
 
@@ -122,6 +126,9 @@ func gpuDevice(node *model.Node, gpu *model.GPU) (resourceapi.Device, error) {
 	}
 	if gpu.PCIeRoot != "" {
 		attrs[deviceattribute.StandardDeviceAttributePCIeRoot] = str(gpu.PCIeRoot)
+	}
+	if gpu.NVLinkDomain != "" {
+		attrs[AttrNVLinkDomain] = str(gpu.NVLinkDomain)
 	}
 	if gpu.NUMANode != nil {
 		attr, err := deviceattribute.GetNUMANodeAttribute(*gpu.NUMANode, deviceattribute.ScalarAttribute)

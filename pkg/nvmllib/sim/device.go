@@ -40,6 +40,7 @@ func newDevice(s *Server, g *GPU) *device {
 	}
 	d.setFuncs()
 	d.setMIGFuncs()
+	d.setNVLinkFuncs()
 	fillUnset(&d.Device, false)
 	return d
 }

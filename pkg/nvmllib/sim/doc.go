@@ -88,8 +88,14 @@
 // architecture, compute capability, PCI info and NUMA node. Handles of
 // destroyed instances answer ERROR_INVALID_ARGUMENT.
 //
+// # NVLink
+//
+// A profile's nvlink list names the GPUs fully connected by NVLink (see
+// nvlink.go); GetP2PStatus / DeviceGetP2PStatus answer from it. NVLink link
+// state, counters and remote PCI info are not modelled.
+//
 // Not modelled: processes, utilization, clocks, power, temperatures, ECC,
-// NVLink, events, vGPU, and MIG compute instance engine profiles other than
+// events, vGPU, and MIG compute instance engine profiles other than
 // the shared one.
 //
 // All Server methods are safe for concurrent use: one mutex guards the
