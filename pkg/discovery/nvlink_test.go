@@ -30,7 +30,7 @@ func TestNVLinkDomainsFromSimulatedProfiles(t *testing.T) {
 			require.NoError(t, err)
 			srv := sim.NewServer(p, "node-a")
 			require.Equal(t, nvml.SUCCESS, srv.Init())
-			t.Cleanup(func() { srv.Shutdown() })
+			t.Cleanup(func() { _ = srv.Shutdown() })
 			node, err := Discover(context.Background(), srv, Options{})
 			require.NoError(t, err)
 			require.Len(t, node.GPUs, len(tt.want))
