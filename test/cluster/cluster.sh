@@ -55,6 +55,8 @@
 #   GPUDRA_HOST_IP               node IP and apiserver advertise address
 #                                [source address of the default route]
 #   GPUDRA_SERVICE_CIDR          service IP range [10.0.0.0/24]
+#   GPUDRA_SCHEDULER_QPS         kube-scheduler client QPS (burst: twice that),
+#                                read when the scheduler starts [stock: 50]
 #   GPUDRA_V                     klog verbosity of the Kubernetes components [2]
 #   GPUDRA_PLUGIN_V              verbosity of gpu-kubelet-plugin [4]
 #   GPUDRA_FAKE_CRI_V            verbosity of gpudra-fake-cri [2]
