@@ -169,9 +169,11 @@ const (
 	ModeDynamic Mode = "dynamic"
 )
 
-// ParseMode checks a --mig value.
+// ParseMode checks a --mig value; empty means the default, static.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
+	case "":
+		return ModeStatic, nil
 	case ModeOff, ModeStatic, ModeDynamic:
 		return m, nil
 	}
