@@ -80,3 +80,25 @@ func (o *Options) simStateFile() string {
 	}
 	return filepath.Join(o.PluginDataDir(), "simulated-nvml.json")
 }
+
+// EnableMIG lets the CDI writer describe MIG devices when the node publishes
+// any: simulated capability nodes, or the driver's table on a real node.
+func (n *GPUNode) EnableMIG(o *Options, w *cdi.Writer) error {
+	needed := false
+	for _, g := range n.Node.GPUs {
+		needed = needed || g.Partitioning != model.WholeGPU
+	}
+	switch {
+	case !needed:
+		return nil
+	case o.Simulate != "":
+		w.SetMIGCaps(cdi.SimulatedMIGCaps{})
+		return nil
+	}
+	caps, err := cdi.NewProcMIGCaps("/proc")
+	if err != nil {
+		return fmt.Errorf("MIG devices are published but their capability device nodes are unknown: %w", err)
+	}
+	w.SetMIGCaps(caps)
+	return nil
+}
