@@ -64,7 +64,7 @@ func (m *Manager) Create(parentUUID string, p model.MIGProfile, start int) (Inst
 	switch ret {
 	case nvml.SUCCESS:
 	case nvml.ERROR_INSUFFICIENT_RESOURCES:
-		return inst, fmt.Errorf("create GPU instance %s at slice %d on %s: %w (NVML: %v)", p.Name, start, parentUUID, ErrOccupied, ret)
+		return inst, fmt.Errorf("create GPU instance %s at slice %d on %s: %w (NVML: %w)", p.Name, start, parentUUID, ErrOccupied, ret)
 	default:
 		return inst, fmt.Errorf("NVML create GPU instance %s at slice %d on %s: %w", p.Name, start, parentUUID, ret)
 	}

@@ -60,24 +60,24 @@ func indexMIG(node *model.Node) map[string]migTarget {
 	return out
 }
 
-// migRecord resolves an allocated MIG device into its parent GPU, its
-// checkpoint entry and its UUID (empty for a dynamic device not created yet).
-func (m *Manager) migRecord(name string, adminAccess bool) (*model.GPU, *checkpoint.MIG, string, error) {
+// migRecord resolves an allocated MIG device into its checkpoint entry and
+// its UUID (empty for a dynamic device not created yet).
+func (m *Manager) migRecord(name string, adminAccess bool) (*checkpoint.MIG, string, error) {
 	t, ok := m.migs[name]
 	if !ok {
-		return nil, nil, "", fmt.Errorf("allocated device %q is not a GPU of node %s: %w", name, m.cfg.PoolName, ErrUnknownDevice)
+		return nil, "", fmt.Errorf("allocated device %q is not a GPU of node %s: %w", name, m.cfg.PoolName, ErrUnknownDevice)
 	}
 	rec := &checkpoint.MIG{Parent: t.gpu.DeviceName(), ParentUUID: t.gpu.UUID}
 	if s := t.static; s != nil {
 		rec.Profile, rec.ProfileID, rec.Start, rec.Size, rec.GIID, rec.CIID = s.Profile, s.ProfileID, s.Start, s.Size, s.GIID, s.CIID
-		return t.gpu, rec, s.UUID, nil
+		return rec, s.UUID, nil
 	}
 	if adminAccess {
-		return nil, nil, "", fmt.Errorf("device %s: adminAccess to a dynamic MIG device is not supported: it only exists while the claim that created it is prepared", name)
+		return nil, "", fmt.Errorf("device %s: adminAccess to a dynamic MIG device is not supported: it only exists while the claim that created it is prepared", name)
 	}
 	rec.Profile, rec.ProfileID, rec.Start, rec.Size = t.profile.Name, t.profile.ID, t.start, t.profile.PlacementSize
 	rec.GIID, rec.CIID, rec.Dynamic = -1, -1, true
-	return t.gpu, rec, "", nil
+	return rec, "", nil
 }
 
 // lockName is the lock that guards a device: a MIG device's parent GPU.

@@ -170,7 +170,7 @@ func (m *Manager) plan(uid string, configs []claimconfig.DeviceConfig) ([]planne
 			uuid = gpu.UUID
 		} else {
 			var err error
-			if gpu, migRec, uuid, err = m.migRecord(c.Result.Device, admin); err != nil {
+			if migRec, uuid, err = m.migRecord(c.Result.Device, admin); err != nil {
 				return nil, err
 			}
 		}

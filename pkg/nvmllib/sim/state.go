@@ -123,7 +123,7 @@ func (s *Server) restoreLocked(st *State) error {
 			}
 			gi, ret := d.createGpuInstanceLocked(p, &nvml.GpuInstancePlacement{Start: uint32(gs.Start), Size: uint32(p.PlacementSize)})
 			if ret != nvml.SUCCESS || gi.info.Id != gs.ID {
-				return fmt.Errorf("GPU %d: cannot restore GPU instance %d (%s at %d): %v", i, gs.ID, gs.Profile, gs.Start, ret)
+				return fmt.Errorf("GPU %d: cannot restore GPU instance %d (%s at %d): %w", i, gs.ID, gs.Profile, gs.Start, ret)
 			}
 			for _, cs := range gs.ComputeInstances {
 				cp, ok := computeProfile(d.model().MIG, p, cs.NVMLProfile)
@@ -132,7 +132,7 @@ func (s *Server) restoreLocked(st *State) error {
 				}
 				ci, ret := gi.createComputeInstanceLocked(cp, &nvml.ComputeInstancePlacement{Start: uint32(cs.Start), Size: uint32(cp.slices)})
 				if ret != nvml.SUCCESS {
-					return fmt.Errorf("GPU %d GPU instance %d: cannot restore compute instance %d: %v", i, gs.ID, cs.ID, ret)
+					return fmt.Errorf("GPU %d GPU instance %d: cannot restore compute instance %d: %w", i, gs.ID, cs.ID, ret)
 				}
 				delete(gi.cis, ci.info.Id)
 				ci.info.Id = cs.ID
