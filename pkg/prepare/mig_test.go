@@ -41,7 +41,9 @@ func (e *migEnv) open() {
 	p, err := sim.Load(e.profile, nil)
 	require.NoError(e.t, err)
 	e.srv = sim.NewServer(p, testPool)
-	require.NoError(e.t, e.srv.PersistTo(e.state))
+	if e.state != "" {
+		require.NoError(e.t, e.srv.PersistTo(e.state))
+	}
 	require.Equal(e.t, nvml.SUCCESS, e.srv.Init())
 	node, err := discovery.Discover(context.Background(), e.srv, discovery.Options{})
 	require.NoError(e.t, err)
