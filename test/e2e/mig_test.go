@@ -63,8 +63,9 @@ func simState(node string) string {
 // plugin's simulated NVML state) which MIG devices exist on the node.
 func migDevicesInNVML(t *testing.T, node string) map[string]string {
 	t.Helper()
+	profile := map[string]string{"gpu-h100": "dgx-h100", "gpu-mixed": "mixed"}[node]
 	out, err := exec.Command(filepath.Join(repoRoot, "_output", "bin", "gpu-kubelet-plugin"), "inspect",
-		"--simulate=dgx-h100", "--node-name", node, "--sim-state-file", simState(node), "-o", "json").Output()
+		"--simulate="+profile, "--node-name", node, "--sim-state-file", simState(node), "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("inspect: %v", err)
 	}
@@ -120,11 +121,21 @@ func containerEnv(t *testing.T, node, podRef, key string) string {
 	return value
 }
 
+// clusterMIGDevices are the MIG devices of both nodes of the local cluster.
+func clusterMIGDevices(t *testing.T) map[string]string {
+	t.Helper()
+	devs := migDevicesInNVML(t, migNode)
+	for u, p := range migDevicesInNVML(t, "gpu-mixed") {
+		devs[u] = p
+	}
+	return devs
+}
+
 func waitMIG(t *testing.T, what string, cond func(map[string]string) bool) map[string]string {
 	t.Helper()
 	var devs map[string]string
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		devs = migDevicesInNVML(t, migNode)
+		devs = clusterMIGDevices(t)
 		return cond(devs), nil
 	})
 	if err != nil {
@@ -138,8 +149,8 @@ func waitMIG(t *testing.T, what string, cond func(map[string]string) bool) map[s
 // device left behind by a crash is destroyed when the plugin comes back,
 // and deleting the pod destroys the claim's device.
 func TestDynamicMIG(t *testing.T) {
-	if len(migDevicesInNVML(t, migNode)) != 0 {
-		t.Fatalf("%s starts with MIG devices; another test left them", migNode)
+	if devs := clusterMIGDevices(t); len(devs) != 0 {
+		t.Fatalf("the cluster starts with MIG devices; another test left them: %v", devs)
 	}
 	ns := namespace(t)
 	applyYAML(t, ns, migPod)
@@ -237,4 +248,24 @@ func createOrphanMIG(t *testing.T) string {
 		t.Fatalf("orphan %s not in the state file", uuid)
 	}
 	return uuid
+}
+
+// TestDemoDynamicMIG runs demo scenario 09: two pods get three MIG devices
+// (a 3g.40gb and a 1g.10gb on one GPU for one of them), all gone afterwards.
+func TestDemoDynamicMIG(t *testing.T) {
+	ns := namespace(t)
+	applySpec(t, ns, spec("09-dynamic-mig.yaml"))
+	waitRunning(t, ns, "mig-inference", "mig-pair")
+	devs := clusterMIGDevices(t)
+	profiles := map[string]int{}
+	for _, p := range devs {
+		profiles[p]++
+	}
+	if profiles["1g.10gb"] != 2 || profiles["3g.40gb"] != 1 || len(devs) != 3 {
+		t.Fatalf("MIG devices while the pods run: %v", devs)
+	}
+	for _, name := range []string{"mig-inference", "mig-pair"} {
+		deletePod(t, ns, name)
+	}
+	waitMIG(t, "pods deleted", func(d map[string]string) bool { return len(d) == 0 })
 }
