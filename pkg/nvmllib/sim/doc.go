@@ -88,6 +88,10 @@
 // architecture, compute capability, PCI info and NUMA node. Handles of
 // destroyed instances answer ERROR_INVALID_ARGUMENT.
 //
+// Server.PersistTo keeps the MIG state (MIG mode, GPU and compute
+// instances, MIG UUIDs) in a file, so that a restarted process finds the MIG
+// devices a real GPU would still have; RestoreFrom reads it without writing.
+//
 // Not modelled: processes, utilization, clocks, power, temperatures, ECC,
 // NVLink, events, vGPU, and MIG compute instance engine profiles other than
 // the shared one.
