@@ -125,4 +125,28 @@ type Device struct {
 	// Config is the effective GpuClaimParameters applied to the device. This
 	// package treats it as opaque JSON.
 	Config json.RawMessage `json:"config,omitempty"`
+	// MIG is set when the device is a MIG device; UUID is then the MIG
+	// device's UUID (empty until a dynamic one is created).
+	MIG *MIG `json:"mig,omitempty"`
+}
+
+// MIG is what crash recovery needs to know about a MIG device: where it
+// lives, and for dynamic MIG, which instance the plugin created.
+type MIG struct {
+	// Parent is the device name of the GPU, e.g. "gpu-0".
+	Parent     string `json:"parent"`
+	ParentUUID string `json:"parentUUID"`
+	// Profile is the GPU instance profile, e.g. "1g.10gb"; ProfileID its
+	// NVML ID.
+	Profile   string `json:"profile"`
+	ProfileID uint32 `json:"profileID"`
+	// Start and Size are the placement in memory slices.
+	Start int `json:"start"`
+	Size  int `json:"size"`
+	// GIID and CIID are the GPU and compute instance IDs.
+	GIID int `json:"giID"`
+	CIID int `json:"ciID"`
+	// Dynamic is set when the plugin creates the device at prepare and
+	// destroys it at unprepare.
+	Dynamic bool `json:"dynamic,omitempty"`
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/model"
 )
 
@@ -125,6 +126,18 @@ func describe(dev nvml.Device, index int) (model.GPU, error) {
 	case nvml.ERROR_NOT_SUPPORTED:
 	default:
 		return gpu, nvmlError("get MIG mode", ret)
+	}
+	if gpu.MIGCapable {
+		geo, err := mig.Geometry(dev, gpu.MemoryBytes)
+		if err != nil {
+			return gpu, err
+		}
+		gpu.MIG = geo
+		if gpu.MIGEnabled {
+			if gpu.MIGDevices, err = mig.Devices(dev, geo); err != nil {
+				return gpu, err
+			}
+		}
 	}
 	return gpu, nil
 }

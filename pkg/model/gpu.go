@@ -37,6 +37,12 @@ type GPU struct {
 	// connected by NVLink (directly or through NVSwitch) with this one: the
 	// UUID of the group's first GPU. Empty when the GPU has no NVLink peer.
 	NVLinkDomain string `json:"nvlinkDomain,omitempty"`
+	// MIG is the MIG geometry of a MIG-capable GPU; nil otherwise.
+	MIG *MIGGeometry `json:"mig,omitempty"`
+	// MIGDevices are the MIG devices that exist (MIG mode enabled).
+	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+	// Partitioning is how the plugin publishes the GPU (see pkg/mig.Apply).
+	Partitioning Partitioning `json:"partitioning,omitempty"`
 }
 
 // Node holds node-wide facts and the GPUs of one node.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/prepare"
 	"github.com/gpudra/gpudra/pkg/slice"
 )
@@ -124,13 +125,16 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
+	if err := gpus.EnableMIG(o, writer); err != nil {
+		return nil, err
+	}
 	store, err := checkpoint.Open(checkpoint.Options{Dir: o.CheckpointDir(), SyncDir: o.CheckpointSyncDir})
 	if err != nil {
 		return nil, err
 	}
 	manager, err := prepare.New(prepare.Config{
 		DriverName: o.DriverName, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
-		LockDir: filepath.Join(o.PluginDataDir(), "locks"),
+		LockDir: filepath.Join(o.PluginDataDir(), "locks"), MIG: mig.NewManager(gpus.Lib),
 	})
 	if err != nil {
 		return nil, err

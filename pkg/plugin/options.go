@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/mig"
 )
 
 // Options are the plugin's settings. Every flag has an environment variable
@@ -35,6 +36,12 @@ type Options struct {
 	CheckpointSyncDir   bool
 	MetricsAddress      string
 	MaxDevicesPerSlice  int
+	// MIG is the --mig mode: off, static or dynamic (see pkg/mig).
+	MIG string
+	// SimStateFile keeps the simulated MIG state (simulation only).
+	SimStateFile string
+	// inspectOnly: the inspect command, which never changes NVML state.
+	inspectOnly bool
 }
 
 // Discovery holds the flags inspect and the plugin share.
@@ -48,10 +55,19 @@ func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.ProfileDirs, "profile-dir", envList("GPUDRA_PROFILE_DIRS"),
 		"Directories with additional simulation profiles (<name>.yaml). [$GPUDRA_PROFILE_DIRS, comma-separated]")
 	fs.IntVar(&o.MaxDevicesPerSlice, "max-devices-per-slice", 128, "Split the pool into ResourceSlices of at most this many devices (API maximum 128).")
+	fs.StringVar(&o.MIG, "mig", env("GPUDRA_MIG", "static"),
+		"MIG handling: static (GPUs in MIG mode publish their existing MIG devices; the plugin never changes MIG configuration), "+
+			"dynamic (MIG-capable GPUs publish the whole GPU and every MIG placement; MIG devices are created at prepare and destroyed at unprepare), "+
+			"or off (every GPU whole). GPUs without MIG are always published whole. [$GPUDRA_MIG]")
+	fs.StringVar(&o.SimStateFile, "sim-state-file", env("GPUDRA_SIM_STATE_FILE", ""),
+		"With --simulate: file that keeps the simulated GPUs' MIG state across restarts (default for the plugin: <plugin dir>/simulated-nvml.json; inspect reads it to show a running plugin's MIG devices). [$GPUDRA_SIM_STATE_FILE]")
 }
 
 // AddInspectFlags registers the flags the inspect command needs.
-func (o *Options) AddInspectFlags(fs *pflag.FlagSet) { o.addDiscoveryFlags(fs) }
+func (o *Options) AddInspectFlags(fs *pflag.FlagSet) {
+	o.inspectOnly = true
+	o.addDiscoveryFlags(fs)
+}
 
 // AddFlags registers all plugin flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
@@ -88,6 +104,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128 {
 		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)
+	}
+	if _, err := mig.ParseMode(o.MIG); err != nil {
+		return err
 	}
 	return nil
 }

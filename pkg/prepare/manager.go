@@ -24,6 +24,7 @@ import (
 
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/model"
 )
 
@@ -38,6 +39,9 @@ type Config struct {
 	// LockDir holds the per-device lock files; every plugin process of the
 	// node must use the same directory (e.g. <plugin data dir>/locks).
 	LockDir string
+	// MIG creates and destroys dynamic MIG devices; needed when a GPU of
+	// Node is dynamically partitioned.
+	MIG *mig.Manager
 }
 
 // Manager prepares and unprepares claims. It keeps no state between calls
@@ -46,6 +50,7 @@ type Config struct {
 type Manager struct {
 	cfg   Config
 	gpus  map[string]*model.GPU // by device name; fixed at start
+	migs  map[string]migTarget  // published MIG devices by name; fixed at start
 	locks *deviceLocks
 	// metrics is set by NewMetrics before serving; nil records nothing.
 	metrics *Metrics
@@ -53,12 +58,15 @@ type Manager struct {
 
 // New creates a Manager. Call Recover before serving requests.
 func New(cfg Config) (*Manager, error) {
-	m := &Manager{cfg: cfg, gpus: make(map[string]*model.GPU, len(cfg.Node.GPUs))}
+	m := &Manager{cfg: cfg, gpus: make(map[string]*model.GPU, len(cfg.Node.GPUs)), migs: indexMIG(cfg.Node)}
 	names := make([]string, 0, len(cfg.Node.GPUs))
 	for i := range cfg.Node.GPUs {
 		g := &cfg.Node.GPUs[i]
 		m.gpus[g.DeviceName()] = g
 		names = append(names, g.DeviceName())
+	}
+	if len(m.migs) > 0 && cfg.MIG == nil {
+		return nil, fmt.Errorf("the node publishes MIG devices but the prepare manager has no MIG manager")
 	}
 	locks, err := newDeviceLocks(cfg.LockDir, names)
 	if err != nil {
@@ -130,7 +138,7 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 		// the spec is idempotent and cheap, so make sure none is left.
 		return m.cfg.CDI.RemoveClaim(uid)
 	}
-	unlock, err := m.locks.lock(recordDeviceNames(seen))
+	unlock, err := m.locks.lock(lockNames(seen.Devices))
 	if err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}
@@ -148,6 +156,9 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 		return tag(errCDI, err)
 	}
 	after(phaseUnprepareCDIRemoved)
+	if err := m.unprepareMIG(rec); err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+	}
 	if err := m.forget(rec); err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}

@@ -72,7 +72,7 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	for i, p := range plan {
 		names[i] = p.record.Name
 	}
-	unlock, err := m.locks.lock(names)
+	unlock, err := m.locks.lock(lockNames(plannedRecords(plan)))
 	if err != nil {
 		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
 	}
@@ -95,10 +95,16 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 		if err := m.dropHoldersOutside(rec, names); err != nil {
 			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
 		}
+		if err := m.teardownMIG(rec); err != nil {
+			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+		}
 	}
 
 	for _, p := range plan {
 		other, busy, err := m.conflict(p.record.Name, uid, p.access)
+		if err == nil && !busy {
+			other, busy, err = m.parentConflict(p, uid)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
 		}
@@ -125,6 +131,13 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	after(phaseStarted)
 	// From here on the checkpoint says a prepare is under way: a crash is
 	// rolled back or completed by Recover; a failure is rolled back now.
+	if err := m.realizeMIG(ctx, rec); err != nil {
+		m.rollback(ctx, rec)
+		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+	}
+	for i := range plan {
+		plan[i].record = rec.Devices[i]
+	}
 	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(plan))
 	if err != nil {
 		m.rollback(ctx, rec)
@@ -149,25 +162,34 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 func (m *Manager) plan(uid string, configs []claimconfig.DeviceConfig) ([]planned, error) {
 	plan := make([]planned, 0, len(configs))
 	for _, c := range configs {
+		admin := c.Result.AdminAccess != nil && *c.Result.AdminAccess
 		gpu, ok := m.gpus[c.Result.Device]
-		if !ok {
-			return nil, fmt.Errorf("allocated device %q is not a GPU of node %s: %w", c.Result.Device, m.cfg.PoolName, ErrUnknownDevice)
+		uuid := ""
+		var migRec *checkpoint.MIG
+		if ok && gpu.PublishesWhole() {
+			uuid = gpu.UUID
+		} else {
+			var err error
+			if migRec, uuid, err = m.migRecord(c.Result.Device, admin); err != nil {
+				return nil, err
+			}
 		}
 		raw, err := v1alpha1.Encode(c.Config)
 		if err != nil {
-			return nil, fmt.Errorf("encode config of device %s: %w", gpu.DeviceName(), err)
+			return nil, fmt.Errorf("encode config of device %s: %w", c.Result.Device, err)
 		}
 		d := checkpoint.Device{
 			Pool:     c.Result.Pool,
 			Name:     c.Result.Device,
 			Requests: []string{c.Result.Request},
-			UUID:     gpu.UUID,
+			UUID:     uuid,
 			Config:   raw,
+			MIG:      migRec,
 		}
 		if c.Result.ShareID != nil {
 			d.ShareID = string(*c.Result.ShareID)
 		}
-		d.AdminAccess = c.Result.AdminAccess != nil && *c.Result.AdminAccess
+		d.AdminAccess = admin
 		plan = append(plan, planned{cfg: c, record: d, access: accessOf(d)})
 	}
 	return mergeDuplicates(plan), nil
@@ -211,7 +233,8 @@ func (m *Manager) cdiDevices(plan []planned) []cdi.ClaimDevice {
 		}
 		out = append(out, cdi.ClaimDevice{
 			DeviceName:   p.record.Name,
-			GPU:          m.gpus[p.record.Name],
+			GPU:          m.gpuOf(p.record),
+			MIG:          migInstance(p.record),
 			VisibleUUIDs: visible,
 			Env:          sharingEnv(p.cfg.Config),
 		})
@@ -238,6 +261,10 @@ func (m *Manager) rollback(ctx context.Context, rec *checkpoint.ClaimRecord) {
 		logger.Error(err, "Rollback: removing CDI spec failed; it will be retried at restart", "claimUID", rec.UID)
 		return
 	}
+	if err := m.teardownMIG(rec); err != nil {
+		logger.Error(err, "Rollback: destroying MIG devices failed; they will be destroyed at restart", "claimUID", rec.UID)
+		return
+	}
 	if err := m.forget(rec); err != nil {
 		logger.Error(err, "Rollback: removing checkpoint failed; it will be retried at restart", "claimUID", rec.UID)
 	}
@@ -248,7 +275,8 @@ func sameDevices(rec *checkpoint.ClaimRecord, plan []planned) bool {
 		return false
 	}
 	for i := range plan {
-		if rec.Devices[i].Name != plan[i].record.Name || rec.Devices[i].UUID != plan[i].record.UUID {
+		// A dynamic MIG device has no UUID before it is created.
+		if rec.Devices[i].Name != plan[i].record.Name || (plan[i].record.UUID != "" && rec.Devices[i].UUID != plan[i].record.UUID) {
 			return false
 		}
 	}
@@ -303,4 +331,12 @@ func accessOf(d checkpoint.Device) access {
 	default:
 		return exclusive
 	}
+}
+
+func plannedRecords(plan []planned) []checkpoint.Device {
+	out := make([]checkpoint.Device, len(plan))
+	for i, p := range plan {
+		out[i] = p.record
+	}
+	return out
 }

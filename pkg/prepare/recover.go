@@ -25,6 +25,10 @@ type RecoverReport struct {
 	OrphanSpecs int
 	// SpecsRewritten were missing for completed claims and written again.
 	SpecsRewritten int
+	// MIGDestroyed were dynamic MIG devices no completed claim accounts for.
+	MIGDestroyed int
+	// MIGRecreated were dynamic MIG devices of completed claims found missing.
+	MIGRecreated int
 }
 
 // ErrCorruptCheckpoint is returned by Recover when a checkpoint record cannot
@@ -70,11 +74,15 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 			return rep, err
 		}
 	}
+	if err := m.reconcileMIG(ctx, &rep); err != nil {
+		return rep, err
+	}
 	if err := m.removeOrphans(&rep); err != nil {
 		return rep, err
 	}
 	logger.Info("Recovered prepared claims", "restored", rep.Restored, "rolledBack", rep.RolledBack,
-		"stale", rep.Stale, "orphanSpecs", rep.OrphanSpecs, "specsRewritten", rep.SpecsRewritten)
+		"stale", rep.Stale, "orphanSpecs", rep.OrphanSpecs, "specsRewritten", rep.SpecsRewritten,
+		"migDestroyed", rep.MIGDestroyed, "migRecreated", rep.MIGRecreated)
 	return rep, nil
 }
 
@@ -82,7 +90,7 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 // another plugin process (a rolling update) is preparing it right now, the
 // lock waits for that to finish, and the record is read again.
 func (m *Manager) recoverClaim(ctx context.Context, seen *checkpoint.ClaimRecord, rep *RecoverReport) error {
-	unlock, err := m.locks.lock(recordDeviceNames(seen))
+	unlock, err := m.locks.lock(lockNames(seen.Devices))
 	if err != nil {
 		return fmt.Errorf("claim %s/%s is prepared with a GPU this node no longer has: %w; "+
 			"a GPU changed under a running workload — drain the node, then remove %s",
@@ -166,8 +174,7 @@ func (m *Manager) restore(rec *checkpoint.ClaimRecord, rep *RecoverReport) error
 	ref := rec.Namespace + "/" + rec.Name
 	plan := make([]planned, 0, len(rec.Devices))
 	for _, d := range rec.Devices {
-		gpu, ok := m.gpus[d.Name]
-		if !ok || gpu.UUID != d.UUID {
+		if !m.hasDevice(d) {
 			return fmt.Errorf("claim %s is prepared with %s (%s), which this node no longer has; "+
 				"a GPU changed under a running workload — drain the node, then remove %s",
 				ref, d.Name, d.UUID, m.cfg.Checkpoints.Path(rec.UID))

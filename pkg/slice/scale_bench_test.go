@@ -13,6 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/slice"
 )
 
@@ -32,16 +33,20 @@ func BenchmarkSchedulerAllocation(b *testing.B) {
 	for _, shape := range []struct {
 		name    string
 		profile string
-		opts    slice.Options
+		mode    mig.Mode
 	}{
-		{"whole-gpus", "dgx-h100", slice.Options{}},
+		{"whole-gpus", "dgx-h100", mig.ModeStatic},
+		// Every GPU also offers every MIG placement, all on shared counters.
+		{"dynamic-mig", "dgx-h100", mig.ModeDynamic},
 	} {
 		b.Run(shape.name, func(b *testing.B) {
 			var all []*resourceapi.ResourceSlice
 			var nodeObjs []*v1.Node
 			for i := 0; i < nodes; i++ {
 				name := fmt.Sprintf("node-%03d", i)
-				res, err := slice.Resources(name, simNode(b, shape.profile, name), shape.opts)
+				node := simNode(b, shape.profile, name)
+				mig.Apply(node, shape.mode)
+				res, err := slice.Resources(name, node, slice.Options{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -60,7 +65,7 @@ func BenchmarkSchedulerAllocation(b *testing.B) {
 				next := 0
 				for c := 0; c < claims; c++ {
 					claim := gpuClaim(fmt.Sprintf("c%d", c), request{count: 1})
-					a, err := structured.NewAllocator(ctx, structured.Features{PrioritizedList: true, AdminAccess: true},
+					a, err := structured.NewAllocator(ctx, structured.Features{PrioritizedList: true, AdminAccess: true, PartitionableDevices: true},
 						structured.AllocatedState{AllocatedDevices: allocated, AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 							AggregatedCapacity: structured.NewConsumedCapacityCollection()},
 						classes, all, celCache)

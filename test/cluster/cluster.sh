@@ -59,6 +59,7 @@
 #                                read when the scheduler starts [stock: 50]
 #   GPUDRA_V                     klog verbosity of the Kubernetes components [2]
 #   GPUDRA_PLUGIN_V              verbosity of gpu-kubelet-plugin [4]
+#   GPUDRA_PLUGIN_MIG            --mig of gpu-kubelet-plugin: off|static|dynamic [dynamic]
 #   GPUDRA_FAKE_CRI_V            verbosity of gpudra-fake-cri [2]
 #   GPUDRA_CONTROLLER_WEBHOOK_PORT gpu-controller webhook port [30443]
 #   GPUDRA_CONTROLLER_METRICS_PORT its /metrics, /healthz, /readyz port [30880]

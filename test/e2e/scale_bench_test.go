@@ -22,6 +22,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpudra/gpudra/pkg/discovery"
+	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 	"github.com/gpudra/gpudra/pkg/slice"
 )
@@ -57,14 +58,21 @@ type scaleShape struct {
 }
 
 func scaleShapes() []scaleShape {
-	wholeGPUs := func(nodeName string, srv *sim.Server) (resourceslice.DriverResources, error) {
-		node, err := discovery.Discover(context.Background(), srv, discovery.Options{})
-		if err != nil {
-			return resourceslice.DriverResources{}, err
+	build := func(mode mig.Mode) func(string, *sim.Server) (resourceslice.DriverResources, error) {
+		return func(nodeName string, srv *sim.Server) (resourceslice.DriverResources, error) {
+			node, err := discovery.Discover(context.Background(), srv, discovery.Options{})
+			if err != nil {
+				return resourceslice.DriverResources{}, err
+			}
+			mig.Apply(node, mode)
+			return slice.Resources(nodeName, node, slice.Options{})
 		}
-		return slice.Resources(nodeName, node, slice.Options{})
 	}
-	return []scaleShape{{name: "whole-gpus", profile: "dgx-h100", build: wholeGPUs}}
+	return []scaleShape{
+		{name: "whole-gpus", profile: "dgx-h100", build: build(mig.ModeStatic)},
+		// Every GPU also offers every MIG placement, all on shared counters.
+		{name: "dynamic-mig", profile: "dgx-h100", build: build(mig.ModeDynamic)},
+	}
 }
 
 func envInt(b *testing.B, name string, def int) int {

@@ -88,6 +88,10 @@
 // architecture, compute capability, PCI info and NUMA node. Handles of
 // destroyed instances answer ERROR_INVALID_ARGUMENT.
 //
+// Server.PersistTo keeps the MIG state (MIG mode, GPU and compute
+// instances, MIG UUIDs) in a file, so that a restarted process finds the MIG
+// devices a real GPU would still have; RestoreFrom reads it without writing.
+//
 // # NVLink
 //
 // A profile's nvlink list names the GPUs fully connected by NVLink (see

@@ -36,6 +36,9 @@ type Server struct {
 	// trivial; the simulator is not performance-critical.
 	mu       sync.Mutex
 	refcount int
+	// stateFile, when set, receives the MIG state after every change (see
+	// PersistTo). Guarded by mu.
+	stateFile string
 }
 
 var (

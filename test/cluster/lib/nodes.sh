@@ -141,6 +141,7 @@ start_plugin() {
 	start_component "plugin-$node" "$BIN_DIR/gpu-kubelet-plugin" \
 		--node-name "$node" \
 		--simulate "$(node_profile "$node")" \
+		--mig "$PLUGIN_MIG" \
 		--kubeconfig "$(node_kubeconfig "$node")" \
 		--cdi-root "$dir/cdi" \
 		--kubelet-plugins-directory "$dir/kubelet/plugins" \

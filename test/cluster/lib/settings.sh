@@ -37,6 +37,9 @@ load_settings() {
 	CONTROLLER_VERBOSITY=${GPUDRA_CONTROLLER_V:-4}
 	COMPONENT_V=${GPUDRA_V:-2}
 	PLUGIN_V=${GPUDRA_PLUGIN_V:-4}
+	# --mig of every node's plugin: dynamic, so gpu-h100 partitions on demand
+	# and gpu-mixed shows the per-GPU choice (L4 whole, A100 partitionable).
+	PLUGIN_MIG=${GPUDRA_PLUGIN_MIG:-dynamic}
 	FAKE_CRI_V=${GPUDRA_FAKE_CRI_V:-2}
 	WAIT_TIMEOUT=${GPUDRA_WAIT_TIMEOUT:-90}
 	STOP_TIMEOUT=${GPUDRA_STOP_TIMEOUT:-10}
