@@ -41,6 +41,8 @@ type ClaimDevice struct {
 	VisibleUUIDs []string
 	// Env holds extra "KEY=value" entries (from the claim's config).
 	Env []string
+	// Mounts are extra mounts (e.g. the MPS pipe directory).
+	Mounts []*cdispec.Mount
 }
 
 // Writer writes and removes the per-claim specs in one CDI directory.
@@ -100,6 +102,10 @@ func (w *Writer) Spec(claimUID string, devices []ClaimDevice) (*cdispec.Spec, er
 			"NVIDIA_VISIBLE_DEVICES=" + strings.Join(d.VisibleUUIDs, ","),
 			"GPUDRA_GPU_" + strconv.Itoa(d.GPU.Minor) + "=" + d.GPU.UUID,
 		}, edits.Env...), d.Env...)
+		e.Mounts = append(append([]*cdispec.Mount{}, edits.Mounts...), d.Mounts...)
+		if len(e.Mounts) == 0 {
+			e.Mounts = nil
+		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name:           claimUID + "-" + d.DeviceName,
 			ContainerEdits: e,

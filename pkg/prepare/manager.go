@@ -25,6 +25,7 @@ import (
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/pkg/sharing"
 )
 
 // Config wires a Manager.
@@ -38,6 +39,10 @@ type Config struct {
 	// LockDir holds the per-device lock files; every plugin process of the
 	// node must use the same directory (e.g. <plugin data dir>/locks).
 	LockDir string
+	// TimeSlicer sets GPU time slices; nil refuses time-sliced claims.
+	TimeSlicer sharing.TimeSlicer
+	// MPS runs the MPS control daemons; nil refuses MPS claims and shares.
+	MPS *sharing.MPSControl
 }
 
 // Manager prepares and unprepares claims. It keeps no state between calls
@@ -148,6 +153,9 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 		return tag(errCDI, err)
 	}
 	after(phaseUnprepareCDIRemoved)
+	if err := m.releaseSharing(ctx, rec); err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+	}
 	if err := m.forget(rec); err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}
