@@ -35,6 +35,11 @@ type Options struct {
 	CheckpointSyncDir   bool
 	MetricsAddress      string
 	MaxDevicesPerSlice  int
+	// Sharing: see sharing.go.
+	GPUSharing     string
+	NvidiaSMIPath  string
+	MPSControlPath string
+	MPSRoot        string
 }
 
 // Discovery holds the flags inspect and the plugin share.
@@ -48,6 +53,7 @@ func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.ProfileDirs, "profile-dir", envList("GPUDRA_PROFILE_DIRS"),
 		"Directories with additional simulation profiles (<name>.yaml). [$GPUDRA_PROFILE_DIRS, comma-separated]")
 	fs.IntVar(&o.MaxDevicesPerSlice, "max-devices-per-slice", 128, "Split the pool into ResourceSlices of at most this many devices (API maximum 128).")
+	o.addGPUSharingFlag(fs)
 }
 
 // AddInspectFlags registers the flags the inspect command needs.
@@ -73,6 +79,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables. [$METRICS_ADDRESS]")
 	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
 		"Also fsync the checkpoint directory after each record write. Record contents are always fsynced before the rename; a rename lost to a power failure only matters within a boot, and records of an earlier boot are discarded anyway.")
+	o.addSharingToolFlags(fs)
 }
 
 // PluginDataDir is where the socket and checkpoint of the driver live.
@@ -89,7 +96,7 @@ func (o *Options) Validate() error {
 	if o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128 {
 		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)
 	}
-	return nil
+	return o.validateSharing()
 }
 
 func env(name, def string) string {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -41,7 +42,13 @@ type NvidiaSMI struct {
 	Path string
 	// Timeout bounds one invocation (default 30s).
 	Timeout time.Duration
+	// Env is added to the environment of nvidia-smi.
+	Env []string
 }
+
+// SimulatedStateDirEnv tells the fake nvidia-smi of simulated nodes
+// (test/cmd/gpudra-fake-nvidia-smi) where to record the settings it gets.
+const SimulatedStateDirEnv = "GPUDRA_FAKE_GPU_STATE_DIR"
 
 // ErrNoTool marks a missing helper binary (nvidia-smi, MPS control).
 var ErrNoTool = errors.New("helper binary not available")
@@ -65,6 +72,9 @@ func (n NvidiaSMI) SetTimeSlice(ctx context.Context, uuid string, interval v1alp
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, n.Path, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
+	if len(n.Env) > 0 {
+		cmd.Env = append(os.Environ(), n.Env...)
+	}
 	err := cmd.Run()
 	var execErr *exec.Error
 	if errors.As(err, &execErr) {

@@ -12,11 +12,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/gpudra/gpudra/pkg/sharing"
 )
 
 // StateDirEnv names the directory where the fake nvidia-smi records the
-// settings it was given (<dir>/timeslice/<uuid>).
-const StateDirEnv = "GPUDRA_FAKE_GPU_STATE_DIR"
+// settings it was given (<dir>/timeslice/<uuid>); the plugin sets it.
+const StateDirEnv = sharing.SimulatedStateDirEnv
 
 var uuidRE = regexp.MustCompile(`^(GPU|MIG)-[0-9a-fA-F-]{8,}$`)
 

@@ -136,9 +136,11 @@ start_kubelet() {
 }
 
 start_plugin() {
-	local node=$1 dir
+	local node=$1 dir extra=()
 	dir=$(node_dir "$node")
+	[[ -f $dir/plugin-flags ]] && mapfile -t extra <"$dir/plugin-flags"
 	start_component "plugin-$node" "$BIN_DIR/gpu-kubelet-plugin" \
+		"${extra[@]}" \
 		--node-name "$node" \
 		--simulate "$(node_profile "$node")" \
 		--kubeconfig "$(node_kubeconfig "$node")" \
