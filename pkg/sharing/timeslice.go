@@ -76,10 +76,10 @@ func (n NvidiaSMI) SetTimeSlice(ctx context.Context, uuid string, interval v1alp
 		cmd.Env = append(os.Environ(), n.Env...)
 	}
 	err := cmd.Run()
-	var execErr *exec.Error
-	if errors.As(err, &execErr) {
+	if err != nil && cmd.ProcessState == nil && ctx.Err() == nil {
+		// It never started: missing, not executable, ...
 		return fmt.Errorf("set time slice of GPU %s: %w: %s cannot be run (%v); set --nvidia-smi-path to the driver's nvidia-smi",
-			uuid, ErrNoTool, n.Path, execErr.Err)
+			uuid, ErrNoTool, n.Path, err)
 	}
 	if err != nil {
 		return fmt.Errorf("set time slice of GPU %s to %s: %s %s: %w: %s",
