@@ -196,12 +196,26 @@ func Commands(d *checkpoint.MPSDaemon) []string {
 // rounding down.
 func MiB(bytes int64) string { return strconv.FormatInt(bytes>>20, 10) + "M" }
 
+// applySettings sends the settings to a daemon that has just started. The
+// control entry can appear a moment before the daemon accepts connections,
+// so a failed send is retried briefly.
 func (c *MPSControl) applySettings(ctx context.Context, d *checkpoint.MPSDaemon) error {
 	cmds := Commands(d)
 	if len(cmds) == 0 {
 		return nil
 	}
-	return c.send(ctx, d.Dir, cmds)
+	var err error
+	for delay := 5 * time.Millisecond; delay < time.Second; delay *= 2 {
+		if err = c.send(ctx, d.Dir, cmds); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
+	return err
 }
 
 // send runs the control tool in client mode with the commands on stdin.

@@ -117,16 +117,22 @@ func mpsDaemon(pipeDir, logDir string, stdout io.Writer) error {
 		}
 	}
 	fifo := filepath.Join(pipeDir, ControlPipe)
-	_ = os.Remove(fifo)
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	tmp := fifo + ".new"
+	_ = os.Remove(tmp)
+	if err := syscall.Mkfifo(tmp, 0o600); err != nil {
 		return fmt.Errorf("create control pipe: %w", err)
 	}
 	// Read and write: the daemon never sees EOF when a client closes.
-	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	f, err := os.OpenFile(tmp, os.O_RDWR, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	// Publish the pipe only once it has a reader: a client that finds it can
+	// write to it.
+	if err := os.Rename(tmp, fifo); err != nil {
+		return err
+	}
 	logFile, err := os.OpenFile(filepath.Join(logDir, ControlLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
