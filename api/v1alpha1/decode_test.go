@@ -159,9 +159,9 @@ func TestDecodeInvalid(t *testing.T) {
 			fields: []string{"apiVersion", "kind"},
 		},
 		{
-			name: "MPS settings with another strategy",
-			in:   header + `,"sharing":{"strategy":"Exclusive","mps":{}}}`,
-			want: `invalid GpuClaimParameters: sharing.mps: Invalid value: "{...}": mps may only be set when strategy is MPS`,
+			name:   "MPS settings with another strategy",
+			in:     header + `,"sharing":{"strategy":"Exclusive","mps":{}}}`,
+			want:   `invalid GpuClaimParameters: sharing.mps: Invalid value: "{...}": mps may only be set when strategy is MPS`,
 			fields: []string{"sharing.mps"},
 		},
 		{

@@ -197,7 +197,7 @@ func fakeMPSControl(t testing.TB) string {
 		fakeMPSPath = filepath.Join(dir, "gpudra-fake-mps-control")
 		out, err := exec.Command("go", "build", "-o", fakeMPSPath, "github.com/gpudra/gpudra/test/cmd/gpudra-fake-mps-control").CombinedOutput()
 		if err != nil {
-			fakeMPSErr = fmt.Errorf("build fake MPS control: %v\n%s", err, out)
+			fakeMPSErr = fmt.Errorf("build fake MPS control: %w\n%s", err, out)
 		}
 	})
 	require.NoError(t, fakeMPSErr)

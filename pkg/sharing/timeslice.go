@@ -78,7 +78,7 @@ func (n NvidiaSMI) SetTimeSlice(ctx context.Context, uuid string, interval v1alp
 	err := cmd.Run()
 	if err != nil && cmd.ProcessState == nil && ctx.Err() == nil {
 		// It never started: missing, not executable, ...
-		return fmt.Errorf("set time slice of GPU %s: %w: %s cannot be run (%v); set --nvidia-smi-path to the driver's nvidia-smi",
+		return fmt.Errorf("set time slice of GPU %s: %w: %s cannot be run (%w); set --nvidia-smi-path to the driver's nvidia-smi",
 			uuid, ErrNoTool, n.Path, err)
 	}
 	if err != nil {

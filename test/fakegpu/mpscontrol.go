@@ -71,12 +71,12 @@ func MPSControl(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return mpsClient(pipeDir, stdin, stderr)
 	case len(args) == 1 && args[0] == "-f":
 		if err := mpsDaemon(pipeDir, logDir, stdout); err != nil {
-			fmt.Fprintln(stderr, "fake MPS control daemon:", err)
+			_, _ = fmt.Fprintln(stderr, "fake MPS control daemon:", err)
 			return 1
 		}
 		return 0
 	default:
-		fmt.Fprintf(stderr, "fake nvidia-cuda-mps-control: only -f (foreground daemon) and the client mode are simulated, got %q\n",
+		_, _ = fmt.Fprintf(stderr, "fake nvidia-cuda-mps-control: only -f (foreground daemon) and the client mode are simulated, got %q\n",
 			strings.Join(args, " "))
 		return 2
 	}
@@ -85,7 +85,7 @@ func MPSControl(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func mpsClient(pipeDir string, stdin io.Reader, stderr io.Writer) int {
 	f, err := os.OpenFile(filepath.Join(pipeDir, ControlPipe), os.O_WRONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		fmt.Fprintf(stderr, "Cannot find MPS control daemon process (%v)\n", err)
+		_, _ = fmt.Fprintf(stderr, "Cannot find MPS control daemon process (%v)\n", err)
 		return 1
 	}
 	defer f.Close()
@@ -97,7 +97,7 @@ func mpsClient(pipeDir string, stdin io.Reader, stderr io.Writer) int {
 		}
 		// Lines shorter than PIPE_BUF are written atomically.
 		if _, err := f.WriteString(line + "\n"); err != nil {
-			fmt.Fprintln(stderr, "write to MPS control daemon:", err)
+			_, _ = fmt.Fprintln(stderr, "write to MPS control daemon:", err)
 			return 1
 		}
 	}
@@ -146,7 +146,7 @@ func mpsDaemon(pipeDir, logDir string, stdout io.Writer) error {
 	if err := d.save(); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "fake MPS control daemon started, pid", os.Getpid())
+	_, _ = fmt.Fprintln(stdout, "fake MPS control daemon started, pid", os.Getpid())
 
 	lines := make(chan string)
 	go func() {
@@ -218,7 +218,7 @@ func (d *daemon) handle(cmd []string) bool {
 }
 
 func (d *daemon) logf(format string, args ...any) {
-	fmt.Fprintf(d.log, "[%s] %s\n", time.Now().UTC().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
+	_, _ = fmt.Fprintf(d.log, "[%s] %s\n", time.Now().UTC().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
 }
 
 func (d *daemon) save() error {

@@ -37,11 +37,11 @@ func TimeSlicePath(stateDir, uuid string) string {
 func NvidiaSMI(args []string, stdout, stderr io.Writer) int {
 	stateDir := os.Getenv(StateDirEnv)
 	if stateDir == "" {
-		fmt.Fprintf(stderr, "fake nvidia-smi: $%s is not set\n", StateDirEnv)
+		_, _ = fmt.Fprintf(stderr, "fake nvidia-smi: $%s is not set\n", StateDirEnv)
 		return 2
 	}
 	if len(args) == 0 || args[0] != "compute-policy" {
-		fmt.Fprintf(stderr, "fake nvidia-smi: only 'compute-policy' is simulated, got %q\n", strings.Join(args, " "))
+		_, _ = fmt.Fprintf(stderr, "fake nvidia-smi: only 'compute-policy' is simulated, got %q\n", strings.Join(args, " "))
 		return 2
 	}
 	var uuid, set string
@@ -57,12 +57,12 @@ func NvidiaSMI(args []string, stdout, stderr io.Writer) int {
 		case a == "--get-timeslice":
 			get = true
 		default:
-			fmt.Fprintf(stderr, "Invalid combination of input arguments: %q\n", a)
+			_, _ = fmt.Fprintf(stderr, "Invalid combination of input arguments: %q\n", a)
 			return 2
 		}
 	}
 	if !uuidRE.MatchString(uuid) {
-		fmt.Fprintf(stderr, "No devices were found matching %q\n", uuid)
+		_, _ = fmt.Fprintf(stderr, "No devices were found matching %q\n", uuid)
 		return 6
 	}
 	path := TimeSlicePath(stateDir, uuid)
@@ -72,22 +72,22 @@ func NvidiaSMI(args []string, stdout, stderr io.Writer) int {
 		if err == nil {
 			level = strings.TrimSpace(string(b))
 		}
-		fmt.Fprintf(stdout, "GPU %s: timeslice %s\n", uuid, level)
+		_, _ = fmt.Fprintf(stdout, "GPU %s: timeslice %s\n", uuid, level)
 		return 0
 	}
 	level, err := strconv.Atoi(set)
 	if err != nil || level < 0 || level > 3 {
-		fmt.Fprintf(stderr, "Invalid timeslice value %q: must be 0 (default), 1 (short), 2 (medium) or 3 (long)\n", set)
+		_, _ = fmt.Fprintf(stderr, "Invalid timeslice value %q: must be 0 (default), 1 (short), 2 (medium) or 3 (long)\n", set)
 		return 2
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		fmt.Fprintln(stderr, err)
+		_, _ = fmt.Fprintln(stderr, err)
 		return 1
 	}
 	if err := os.WriteFile(path, []byte(strconv.Itoa(level)+"\n"), 0o644); err != nil {
-		fmt.Fprintln(stderr, err)
+		_, _ = fmt.Fprintln(stderr, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "Set timeslice to %d for GPU %s\n", level, uuid)
+	_, _ = fmt.Fprintf(stdout, "Set timeslice to %d for GPU %s\n", level, uuid)
 	return 0
 }
