@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/pkg/nvmllib"
 	"github.com/gpudra/gpudra/pkg/sharing"
 	"github.com/gpudra/gpudra/pkg/slice"
 )
@@ -62,17 +63,22 @@ func (o *Options) sliceOptions() slice.Options {
 
 // sharingTools returns the time slicer and MPS control of the node.
 func (o *Options) sharingTools(ctx context.Context) (sharing.TimeSlicer, *sharing.MPSControl, error) {
-	smi := sharing.NvidiaSMI{Path: o.tool(o.NvidiaSMIPath, "nvidia-smi", fakeNvidiaSMI)}
+	var env []string
 	if o.Simulate != "" {
 		// The fake records the time slices it is given here (e2e reads them).
-		smi.Env = []string{sharing.SimulatedStateDirEnv + "=" + filepath.Join(o.PluginDataDir(), "fake-gpu")}
+		env = []string{sharing.SimulatedStateDirEnv + "=" + filepath.Join(o.PluginDataDir(), "fake-gpu")}
+	} else if lib, err := nvmllib.FindLibrary(o.NvidiaDriverRoot); err == nil && o.NvidiaDriverRoot != "/" {
+		// Tools run from a driver root mounted into the plugin's container
+		// load the driver's libraries from there.
+		env = []string{"LD_LIBRARY_PATH=" + filepath.Dir(lib)}
 	}
+	smi := sharing.NvidiaSMI{Path: o.tool(o.NvidiaSMIPath, "nvidia-smi", fakeNvidiaSMI), Env: env}
 	root := o.MPSRoot
 	if root == "" {
 		root = filepath.Join(o.PluginDataDir(), "mps")
 	}
 	mps, err := sharing.NewMPSControl(sharing.MPSOptions{
-		ControlPath: o.tool(o.MPSControlPath, "nvidia-cuda-mps-control", fakeMPSControl), Root: root})
+		ControlPath: o.tool(o.MPSControlPath, "nvidia-cuda-mps-control", fakeMPSControl), Root: root, Env: env})
 	if err != nil {
 		return nil, nil, err
 	}

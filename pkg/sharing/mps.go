@@ -46,6 +46,8 @@ type MPSOptions struct {
 	// StopTimeout bounds the wait for a daemon to quit before it is killed
 	// (default 10s).
 	StopTimeout time.Duration
+	// Env is added to the environment of the control tool and daemon.
+	Env []string
 }
 
 // MPSControl starts, adopts and stops one MPS control daemon per claim. The
@@ -140,7 +142,7 @@ func (c *MPSControl) Start(ctx context.Context, claimUID string, d *checkpoint.M
 }
 
 func (c *MPSControl) env(dir string) []string {
-	return append(os.Environ(),
+	return append(append(os.Environ(), c.opts.Env...),
 		"CUDA_MPS_PIPE_DIRECTORY="+filepath.Join(dir, pipeSubdir),
 		"CUDA_MPS_LOG_DIRECTORY="+filepath.Join(dir, logSubdir))
 }
