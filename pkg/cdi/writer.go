@@ -43,6 +43,8 @@ type ClaimDevice struct {
 	Env []string
 	// MIG is set for a MIG device of GPU.
 	MIG *MIGInstance
+	// Mounts are extra mounts (e.g. the MPS pipe directory).
+	Mounts []*cdispec.Mount
 }
 
 // Writer writes and removes the per-claim specs in one CDI directory.
@@ -110,6 +112,10 @@ func (w *Writer) Spec(claimUID string, devices []ClaimDevice) (*cdispec.Spec, er
 			"NVIDIA_VISIBLE_DEVICES=" + strings.Join(d.VisibleUUIDs, ","),
 			own,
 		}, edits.Env...), d.Env...)
+		e.Mounts = append(append([]*cdispec.Mount{}, edits.Mounts...), d.Mounts...)
+		if len(e.Mounts) == 0 {
+			e.Mounts = nil
+		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name:           claimUID + "-" + d.DeviceName,
 			ContainerEdits: e,

@@ -101,6 +101,23 @@ type ClaimRecord struct {
 	Updated time.Time `json:"updated"`
 	// Devices allocated to the claim.
 	Devices []Device `json:"devices"`
+	// MPS is the claim's MPS control daemon, if it has one (pkg/sharing).
+	MPS *MPSDaemon `json:"mps,omitempty"`
+}
+
+// MPSDaemon is an MPS control daemon that the plugin runs for a claim.
+type MPSDaemon struct {
+	// PID of the daemon process (0 while it is being started).
+	PID int `json:"pid"`
+	// Dir holds the daemon's pipe/ and log/ directories.
+	Dir string `json:"dir"`
+	// Devices are the UUIDs the daemon serves, in its device-ordinal order.
+	Devices []string `json:"devices"`
+	// ActiveThreadPercentage is the default for clients; 0 means unset.
+	ActiveThreadPercentage int32 `json:"activeThreadPercentage,omitempty"`
+	// PinnedMemoryLimits are per device (same order as Devices), in bytes;
+	// 0 means no limit.
+	PinnedMemoryLimits []int64 `json:"pinnedMemoryLimits,omitempty"`
 }
 
 // Device is one allocated device of a claim.
@@ -116,6 +133,9 @@ type Device struct {
 	UUID string `json:"uuid"`
 	// ShareID identifies the sharing group when the GPU is shared.
 	ShareID string `json:"shareID,omitempty"`
+	// ConsumedMemory is the memory, in bytes, a consumable share consumed
+	// (the allocation's consumedCapacity); 0 for whole devices.
+	ConsumedMemory int64 `json:"consumedMemory,omitempty"`
 	// AdminAccess is set when the allocation has admin access (a monitoring
 	// agent may use a GPU that another claim holds).
 	AdminAccess bool `json:"adminAccess,omitempty"`

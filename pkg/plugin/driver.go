@@ -132,9 +132,13 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
+	slicer, mps, err := o.sharingTools(ctx)
+	if err != nil {
+		return nil, err
+	}
 	manager, err := prepare.New(prepare.Config{
 		DriverName: o.DriverName, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
-		LockDir: filepath.Join(o.PluginDataDir(), "locks"), MIG: mig.NewManager(gpus.Lib),
+		LockDir: filepath.Join(o.PluginDataDir(), "locks"), MIG: mig.NewManager(gpus.Lib), TimeSlicer: slicer, MPS: mps,
 	})
 	if err != nil {
 		return nil, err
@@ -148,7 +152,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 			return nil, err
 		}
 	}
-	resources, err := slice.Resources(o.NodeName, gpus.Node, slice.Options{MaxDevicesPerSlice: o.MaxDevicesPerSlice})
+	resources, err := slice.Resources(o.NodeName, gpus.Node, o.sliceOptions())
 	if err != nil {
 		return nil, fmt.Errorf("build ResourceSlice: %w", err)
 	}

@@ -31,7 +31,7 @@ func Inspect(ctx context.Context, o *Options) (*Inspection, error) {
 		return nil, err
 	}
 	defer gpus.Close()
-	res, err := slice.Resources(o.NodeName, gpus.Node, slice.Options{MaxDevicesPerSlice: o.MaxDevicesPerSlice})
+	res, err := slice.Resources(o.NodeName, gpus.Node, o.sliceOptions())
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,11 @@ type Options struct {
 	SimStateFile string
 	// inspectOnly: the inspect command, which never changes NVML state.
 	inspectOnly bool
+	// Sharing: see sharing.go.
+	GPUSharing     string
+	NvidiaSMIPath  string
+	MPSControlPath string
+	MPSRoot        string
 }
 
 // Discovery holds the flags inspect and the plugin share.
@@ -61,6 +66,7 @@ func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
 			"or off (every GPU whole). GPUs without MIG are always published whole. [$GPUDRA_MIG]")
 	fs.StringVar(&o.SimStateFile, "sim-state-file", env("GPUDRA_SIM_STATE_FILE", ""),
 		"With --simulate: file that keeps the simulated GPUs' MIG state across restarts (default for the plugin: <plugin dir>/simulated-nvml.json; inspect reads it to show a running plugin's MIG devices). [$GPUDRA_SIM_STATE_FILE]")
+	o.addGPUSharingFlag(fs)
 }
 
 // AddInspectFlags registers the flags the inspect command needs.
@@ -89,6 +95,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables. [$METRICS_ADDRESS]")
 	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
 		"Also fsync the checkpoint directory after each record write. Record contents are always fsynced before the rename; a rename lost to a power failure only matters within a boot, and records of an earlier boot are discarded anyway.")
+	o.addSharingToolFlags(fs)
 }
 
 // PluginDataDir is where the socket and checkpoint of the driver live.
@@ -105,10 +112,15 @@ func (o *Options) Validate() error {
 	if o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128 {
 		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)
 	}
-	if _, err := mig.ParseMode(o.MIG); err != nil {
+	mode, err := mig.ParseMode(o.MIG)
+	if err != nil {
 		return err
 	}
-	return nil
+	if mode == mig.ModeDynamic && o.GPUSharing == SharingConsumable {
+		return fmt.Errorf("--gpu-sharing=%s cannot be combined with --mig=%s: a GPU published for dynamic MIG consumes all its MIG counters "+
+			"with every allocation, so it could not be shared; use --mig=static or --mig=off on nodes with consumable shares", SharingConsumable, mode)
+	}
+	return o.validateSharing()
 }
 
 func env(name, def string) string {

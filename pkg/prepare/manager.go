@@ -26,6 +26,7 @@ import (
 	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/pkg/sharing"
 )
 
 // Config wires a Manager.
@@ -42,6 +43,10 @@ type Config struct {
 	// MIG creates and destroys dynamic MIG devices; needed when a GPU of
 	// Node is dynamically partitioned.
 	MIG *mig.Manager
+	// TimeSlicer sets GPU time slices; nil refuses time-sliced claims.
+	TimeSlicer sharing.TimeSlicer
+	// MPS runs the MPS control daemons; nil refuses MPS claims and shares.
+	MPS *sharing.MPSControl
 }
 
 // Manager prepares and unprepares claims. It keeps no state between calls
@@ -156,6 +161,9 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 		return tag(errCDI, err)
 	}
 	after(phaseUnprepareCDIRemoved)
+	if err := m.releaseSharing(ctx, rec); err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+	}
 	if err := m.unprepareMIG(rec); err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}

@@ -113,7 +113,7 @@ func (m *Manager) recreateMIG(ctx context.Context, w wanted) error {
 		}
 		plan = append(plan, p)
 	}
-	if _, err := m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(plan)); err != nil {
+	if _, err := m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(plan, rec.MPS)); err != nil {
 		return fmt.Errorf("rewrite CDI spec of claim %s/%s: %w", rec.Namespace, rec.Name, err)
 	}
 	return nil

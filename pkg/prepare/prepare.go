@@ -138,7 +138,12 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	for i := range plan {
 		plan[i].record = rec.Devices[i]
 	}
-	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(plan))
+	// Sharing comes after MIG: it applies to the MIG device's UUID.
+	if err := m.applySharing(ctx, rec, plan); err != nil {
+		m.rollback(ctx, rec)
+		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+	}
+	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(plan, rec.MPS))
 	if err != nil {
 		m.rollback(ctx, rec)
 		return nil, fmt.Errorf("prepare claim %s: %w", ref, tag(errCDI, err))
@@ -190,7 +195,9 @@ func (m *Manager) plan(uid string, configs []claimconfig.DeviceConfig) ([]planne
 			d.ShareID = string(*c.Result.ShareID)
 		}
 		d.AdminAccess = admin
-		plan = append(plan, planned{cfg: c, record: d, access: accessOf(d)})
+		p := planned{cfg: c, record: d, access: accessOf(d)}
+		p.record.ConsumedMemory = consumedMemory(&p)
+		plan = append(plan, p)
 	}
 	return mergeDuplicates(plan), nil
 }
@@ -214,32 +221,41 @@ func mergeDuplicates(plan []planned) []planned {
 
 // cdiDevices lists, per device, the GPUs of the same request(s): that is what
 // NVIDIA_VISIBLE_DEVICES shows a container that uses those requests.
-func (m *Manager) cdiDevices(plan []planned) []cdi.ClaimDevice {
+func (m *Manager) cdiDevices(plan []planned, mps *checkpoint.MPSDaemon) []cdi.ClaimDevice {
+	byRequest := visibleByRequest(plan)
+	out := make([]cdi.ClaimDevice, 0, len(plan))
+	for _, p := range plan {
+		out = append(out, withSharingEdits(cdi.ClaimDevice{
+			DeviceName:   p.record.Name,
+			GPU:          m.gpuOf(p.record),
+			MIG:          migInstance(p.record),
+			VisibleUUIDs: visibleUUIDs(p, byRequest),
+			Env:          sharingEnv(p.cfg.Config),
+		}, p.record.UUID, mps))
+	}
+	return out
+}
+
+func visibleByRequest(plan []planned) map[string][]string {
 	byRequest := map[string][]string{}
 	for _, p := range plan {
 		for _, r := range p.record.Requests {
 			byRequest[r] = append(byRequest[r], p.record.UUID)
 		}
 	}
-	out := make([]cdi.ClaimDevice, 0, len(plan))
-	for _, p := range plan {
-		var visible []string
-		for _, r := range p.record.Requests {
-			for _, u := range byRequest[r] {
-				if !slices.Contains(visible, u) {
-					visible = append(visible, u)
-				}
+	return byRequest
+}
+
+func visibleUUIDs(p planned, byRequest map[string][]string) []string {
+	var visible []string
+	for _, r := range p.record.Requests {
+		for _, u := range byRequest[r] {
+			if !slices.Contains(visible, u) {
+				visible = append(visible, u)
 			}
 		}
-		out = append(out, cdi.ClaimDevice{
-			DeviceName:   p.record.Name,
-			GPU:          m.gpuOf(p.record),
-			MIG:          migInstance(p.record),
-			VisibleUUIDs: visible,
-			Env:          sharingEnv(p.cfg.Config),
-		})
 	}
-	return out
+	return visible
 }
 
 // sharingEnv tells the workload how its GPU is shared.
@@ -259,6 +275,11 @@ func (m *Manager) rollback(ctx context.Context, rec *checkpoint.ClaimRecord) {
 	logger := klog.FromContext(ctx)
 	if err := m.cfg.CDI.RemoveClaim(rec.UID); err != nil {
 		logger.Error(err, "Rollback: removing CDI spec failed; it will be retried at restart", "claimUID", rec.UID)
+		return
+	}
+	// Sharing first: an MPS daemon may still use a MIG device.
+	if err := m.releaseSharing(ctx, rec); err != nil {
+		logger.Error(err, "Rollback: undoing the GPU sharing setup failed; it will be retried at restart", "claimUID", rec.UID)
 		return
 	}
 	if err := m.teardownMIG(rec); err != nil {

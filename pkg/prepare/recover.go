@@ -80,6 +80,9 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 	if err := m.removeOrphans(&rep); err != nil {
 		return rep, err
 	}
+	if err := m.removeMPSOrphans(ctx); err != nil {
+		return rep, err
+	}
 	logger.Info("Recovered prepared claims", "restored", rep.Restored, "rolledBack", rep.RolledBack,
 		"stale", rep.Stale, "orphanSpecs", rep.OrphanSpecs, "specsRewritten", rep.SpecsRewritten,
 		"migDestroyed", rep.MIGDestroyed, "migRecreated", rep.MIGRecreated)
@@ -105,13 +108,16 @@ func (m *Manager) recoverClaim(ctx context.Context, seen *checkpoint.ClaimRecord
 		return nil // unprepared meanwhile by another process
 	case rec.State != checkpoint.PrepareCompleted:
 		klog.FromContext(ctx).Info("Rolling back interrupted claim", "claim", rec.Namespace+"/"+rec.Name, "uid", rec.UID, "state", rec.State)
+		if err := m.releaseSharing(ctx, rec); err != nil {
+			return err
+		}
 		if err := m.discard(rec); err != nil {
 			return err
 		}
 		rep.RolledBack++
 		return nil
 	default:
-		if err := m.restore(rec, rep); err != nil {
+		if err := m.restore(ctx, rec, rep); err != nil {
 			return err
 		}
 		rep.Restored++
@@ -170,7 +176,7 @@ func (m *Manager) discard(rec *checkpoint.ClaimRecord) error {
 
 // restore re-registers a completed claim's devices and makes sure its spec
 // exists, so containers that restart still find their devices.
-func (m *Manager) restore(rec *checkpoint.ClaimRecord, rep *RecoverReport) error {
+func (m *Manager) restore(ctx context.Context, rec *checkpoint.ClaimRecord, rep *RecoverReport) error {
 	ref := rec.Namespace + "/" + rec.Name
 	plan := make([]planned, 0, len(rec.Devices))
 	for _, d := range rec.Devices {
@@ -188,11 +194,20 @@ func (m *Manager) restore(rec *checkpoint.ClaimRecord, rep *RecoverReport) error
 	if err := m.hold(rec); err != nil {
 		return err
 	}
+	changed, err := m.restoreSharing(ctx, rec, plan)
+	if err != nil {
+		return fmt.Errorf("restore GPU sharing of claim %s: %w", ref, err)
+	}
+	if changed {
+		if err := m.putRecord(rec, true); err != nil {
+			return fmt.Errorf("record the new MPS daemon of claim %s: %w", ref, err)
+		}
+	}
 	ok, err := m.cfg.CDI.HasClaim(rec.UID)
 	if err != nil || ok {
 		return err
 	}
-	if _, err := m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(plan)); err != nil {
+	if _, err := m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(plan, rec.MPS)); err != nil {
 		return fmt.Errorf("rewrite CDI spec of claim %s: %w", ref, err)
 	}
 	rep.SpecsRewritten++

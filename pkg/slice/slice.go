@@ -47,6 +47,9 @@ type Options struct {
 	// taints or counters lower the API limit to 64; callers that publish
 	// such devices pass that limit.
 	MaxDevicesPerSlice int
+	// ConsumableMemory publishes every GPU as shareable by memory (see
+	// WithConsumableMemory).
+	ConsumableMemory bool
 }
 
 // Devices converts every GPU of the node into ResourceSlice devices: the
@@ -83,6 +86,11 @@ func Resources(poolName string, node *model.Node, opts Options) (resourceslice.D
 	devices, err := Devices(node)
 	if err != nil {
 		return resourceslice.DriverResources{}, err
+	}
+	if opts.ConsumableMemory {
+		if err := WithConsumableMemory(devices); err != nil {
+			return resourceslice.DriverResources{}, err
+		}
 	}
 	return PackWithCounters(poolName, devices, counterSets(node), opts), nil
 }

@@ -10,7 +10,7 @@
 # Usage: cluster.sh up | down | status | kubeconfig
 #        cluster.sh stop-plugin NODE | start-plugin NODE | restart-plugin NODE
 #        cluster.sh start-controller | stop-controller
-#        cluster.sh add-node NODE=PROFILE | remove-node NODE
+#        cluster.sh add-node NODE=PROFILE [PLUGIN-FLAG...] | remove-node NODE
 #
 #   up              build missing binaries, make the PKI, start everything and
 #                   wait until the nodes are Ready and their ResourceSlices are
@@ -32,7 +32,11 @@
 #                   controller is kept, the configuration applied again
 #   stop-controller delete that webhook configuration, stop the controller
 #   add-node        start the runtime, kubelet and plugin of one more node
-#                   (its own ports and dirs) and wait for its ResourceSlice
+#                   (its own ports and dirs) and wait for its ResourceSlice;
+#                   PLUGIN-FLAGs are extra gpu-kubelet-plugin flags of that
+#                   node (kept in nodes/<node>/plugin-flags for restarts;
+#                   they override the cluster's defaults such as --mig), e.g.
+#                   add-node gpu-share=h100x1.yaml --gpu-sharing=consumable --mig=static
 #   remove-node     stop a node's processes, delete its Node object and
 #                   ResourceSlices, unmount and remove its dir
 #
@@ -329,7 +333,7 @@ main() {
 	add-node) cmd_add_node "$@" ;;
 	remove-node) cmd_remove_node "$@" ;;
 	-h | --help | help) sed -n '/^# Starts/,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' ;;
-	*) die "usage: $0 up|down|status|kubeconfig|stop-plugin NODE|start-plugin NODE|restart-plugin NODE|start-controller|stop-controller|add-node NODE=PROFILE|remove-node NODE (see --help)" ;;
+	*) die "usage: $0 up|down|status|kubeconfig|stop-plugin NODE|start-plugin NODE|restart-plugin NODE|start-controller|stop-controller|add-node NODE=PROFILE [PLUGIN-FLAG...]|remove-node NODE (see --help)" ;;
 	esac
 }
 

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 )
 
@@ -164,7 +163,7 @@ func TestDynamicMIG(t *testing.T) {
 	if !strings.Contains(device, "-mig-1g10gb-") {
 		t.Fatalf("allocated %s, want a 1g.10gb MIG device", device)
 	}
-	rec := readRecord(t, string(claim.UID))
+	rec := readRecord(t, migNode, string(claim.UID))
 	migUUID := rec.Devices[0].UUID
 	if !strings.HasPrefix(migUUID, "MIG-") || rec.Devices[0].MIG == nil || !rec.Devices[0].MIG.Dynamic {
 		t.Fatalf("checkpoint record of %s: %+v", device, rec.Devices[0])
@@ -196,21 +195,6 @@ func TestDynamicMIG(t *testing.T) {
 	deletePod(t, ns, "mig-pod")
 	waitMIG(t, "pod deleted", func(d map[string]string) bool { return len(d) == 0 })
 	fileGone(t, filepath.Join(checkpointDir(migNode), string(claim.UID)+".json"))
-}
-
-func readRecord(t *testing.T, uid string) *checkpoint.ClaimRecord {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(checkpointDir(migNode), uid+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var env struct {
-		Data checkpoint.ClaimRecord `json:"data"`
-	}
-	if err := json.Unmarshal(data, &env); err != nil {
-		t.Fatal(err)
-	}
-	return &env.Data
 }
 
 // createOrphanMIG creates a 1g.10gb device on the last GPU of the stopped
