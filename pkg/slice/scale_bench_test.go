@@ -3,6 +3,8 @@ package slice_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -28,8 +30,14 @@ import (
 // round trips (test/e2e BenchmarkSchedulerScale measures the real scheduler).
 //
 //	go test -run '^$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice
+//
+// SCALE_CLAIMS overrides the number of claims (800).
 func BenchmarkSchedulerAllocation(b *testing.B) {
-	const nodes, claims, feasibleToFind = 120, 800, 100
+	const nodes, feasibleToFind = 120, 100
+	claims := 800
+	if v, err := strconv.Atoi(os.Getenv("SCALE_CLAIMS")); err == nil && v > 0 {
+		claims = v
+	}
 	for _, shape := range []struct {
 		name    string
 		profile string
