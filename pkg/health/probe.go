@@ -37,7 +37,15 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 		m.setLost(ctx, gpu.UUID, "reset-required")
 		return
 	case nvml.SUCCESS:
-		m.update(ctx, gpu.UUID, func(g *gpuState) bool { return g.clear(KeyLost) })
+		// A GPU that was lost and answers again has been reset (or the
+		// node rebooted): that is the recovery its conditions wait for.
+		m.update(ctx, gpu.UUID, func(g *gpuState) bool {
+			if !g.clear(KeyLost) {
+				return false
+			}
+			g.recoveryPending = true
+			return true
+		})
 	default:
 		// Not a verdict on the GPU's health; the next probe asks again.
 		logger.V(2).Info("GPU probe failed", "gpu", gpu.Name, "error", ret.Error())
@@ -54,6 +62,9 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 	hold := m.cfg.DegradedHold
 	m.update(ctx, gpu.UUID, func(g *gpuState) bool {
 		changed := false
+		if !known && g.recoveryPending {
+			known, action = true, nvml.GPU_RECOVERY_ACTION_NONE // back from lost, no field to say otherwise
+		}
 		if known {
 			if action != nvml.GPU_RECOVERY_ACTION_NONE {
 				g.recoveryPending = true

@@ -15,6 +15,9 @@ import (
 // refreshes), the claim status writer, and in simulation the fault file.
 func (d *Driver) startBackground(ctx context.Context, o *Options, gpus *GPUNode) {
 	if d.status != nil {
+		if d.health != nil {
+			d.status.health = d.health.mon.Snapshot
+		}
 		go d.status.run(ctx)
 		// Claims prepared before a restart get their status (again).
 		d.status.enqueueHeld(ctx)

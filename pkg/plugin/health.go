@@ -72,6 +72,7 @@ func newHealthService(o *Options, gpus *GPUNode, pub *publisher) (*healthService
 	}
 	hs := &healthService{pub: pub}
 	hs.mon = health.New(cfg)
+	pub.taints = hs.mon.Snapshot
 	return hs, nil
 }
 

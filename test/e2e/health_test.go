@@ -53,6 +53,7 @@ func TestHealthXID79(t *testing.T) {
 
 	msg := sawUnhealthy(time.Minute)
 	t.Logf("pod status showed the device Unhealthy after %v: %s", time.Since(start), msg)
+	waitEvent(t, ns, "ResourceClaim", "DeviceUnhealthy")
 
 	// The device taint eviction controller deletes the pod; the Deployment's
 	// replacement gets a healthy GPU.
@@ -116,8 +117,15 @@ func TestHealthIgnoredXID(t *testing.T) {
 	if err != nil {
 		t.Fatal("the plugin never counted the injected XID 13 as ignored")
 	}
-	// The event is handled; one more probe round must not taint either.
-	time.Sleep(6 * time.Second)
+	// The event is handled; a full probe round of the 8 GPUs afterwards must
+	// not taint anything either.
+	const probes = `gpudra_plugin_nvml_call_duration_seconds_count{call="GetMemoryInfo"}`
+	n := metricValue(t, "gpu-h100", probes)
+	if err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return metricValue(t, "gpu-h100", probes) >= n+8, nil
+	}); err != nil {
+		t.Fatal("no probe round after the XID")
+	}
 	for _, d := range sliceDeviceTaints(t, "gpu-h100") {
 		if len(d.Taints) > 0 {
 			t.Errorf("ignored XID 13 tainted %s: %v", d.Name, d.Taints)
@@ -203,6 +211,28 @@ func TestPluginMetrics(t *testing.T) {
 		if metricIn(body, want) < 0 {
 			t.Errorf("metric %s missing", want)
 		}
+	}
+}
+
+// waitEvent waits for an events.k8s.io Event of the plugin with reason on
+// an object of kind in ns.
+func waitEvent(t *testing.T, ns, kind, reason string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range evs.Items {
+			if e.Reason == reason && e.Regarding.Kind == kind && e.ReportingController == driver+"/kubelet-plugin" {
+				t.Logf("event on %s %s: %s %s", kind, e.Regarding.Name, e.Reason, e.Note)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no %s event on a %s in %s", reason, kind, ns)
 	}
 }
 
