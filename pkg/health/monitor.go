@@ -268,6 +268,14 @@ func (m *Monitor) handleEvent(ctx context.Context, ev nvml.EventData) {
 		m.update(ctx, uuid, func(g *gpuState) bool { return g.set(eccCondition(now)) })
 	default:
 		logger.V(4).Info("NVML event not handled", "gpu", m.names[uuid], "type", ev.EventType)
+		return
+	}
+	// Probe the GPU at once: whether it is lost and which recovery the
+	// driver asks for is what later tells that it has been repaired.
+	for _, g := range m.cfg.GPUs {
+		if g.UUID == uuid {
+			m.probe(ctx, g)
+		}
 	}
 }
 
