@@ -51,7 +51,6 @@ type faultBook struct {
 	mu     sync.Mutex
 	gpus   map[*device]*gpuFaults
 	sets   map[*eventSet]struct{}
-	closed bool
 }
 
 type gpuFaults struct {
