@@ -48,9 +48,9 @@ var xidRecovery = map[uint64]nvml.DeviceGpuRecoveryAction{
 
 // faultBook holds the fault state of all GPUs of a server and its event sets.
 type faultBook struct {
-	mu     sync.Mutex
-	gpus   map[*device]*gpuFaults
-	sets   map[*eventSet]struct{}
+	mu   sync.Mutex
+	gpus map[*device]*gpuFaults
+	sets map[*eventSet]struct{}
 }
 
 type gpuFaults struct {
