@@ -142,7 +142,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		return nil, err
 	}
 	pub := &publisher{}
-	hs, err := newHealthService(o, gpus, pub)
+	hs, err := newHealthService(ctx, o, gpus, pub)
 	if err != nil {
 		return nil, err
 	}

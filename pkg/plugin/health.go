@@ -52,9 +52,9 @@ type healthService struct {
 	pub *publisher
 }
 
-// newHealthService creates the monitor (not started) or returns nil when
-// monitoring is off.
-func newHealthService(o *Options, gpus *GPUNode, pub *publisher) (*healthService, error) {
+// newHealthService creates the monitor (probed once, not started) or
+// returns nil when monitoring is off.
+func newHealthService(ctx context.Context, o *Options, gpus *GPUNode, pub *publisher) (*healthService, error) {
 	if !o.Health.Enabled {
 		return nil, nil
 	}
@@ -73,6 +73,9 @@ func newHealthService(o *Options, gpus *GPUNode, pub *publisher) (*healthService
 	hs := &healthService{pub: pub}
 	hs.mon = health.New(cfg)
 	pub.taints = hs.mon.Snapshot
+	// Probe once now, so that the first slice already carries the taints of
+	// GPUs that are broken at start-up.
+	hs.mon.ProbeAll(ctx)
 	return hs, nil
 }
 
