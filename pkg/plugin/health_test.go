@@ -3,8 +3,10 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,8 +16,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	drahealth "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
@@ -98,11 +102,24 @@ func TestHealthPath(t *testing.T) {
 		}
 		return nil
 	}
+	// The API server refuses the first slice writes: the taint must still
+	// arrive (the helper's slice controller retries with backoff). The fake
+	// client names no slices, so the controller replaces rather than updates.
+	var refused atomic.Int32
+	refuse := func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refused.Add(1) <= 3 {
+			return true, nil, errors.New("injected: etcd is having a bad day")
+		}
+		return false, nil, nil
+	}
+	client.PrependReactor("create", "resourceslices", refuse)
+	client.PrependReactor("update", "resourceslices", refuse)
 	require.NoError(t, os.WriteFile(o.faultFile(), []byte("gpu-5 xid 79\n"), 0o600))
 	poll("NoExecute taint on gpu-5", func() bool {
 		ts := taints()
 		return len(ts) > 0 && ts[len(ts)-1].Key == "gpu.gpudra.io/xid" && ts[len(ts)-1].Effect == resourceapi.DeviceTaintEffectNoExecute
 	})
+	require.Greater(t, refused.Load(), int32(3), "the refused updates were retried")
 	awaitHealth := func(want drahealth.HealthStatus) {
 		t.Helper()
 		for i := 0; healthOf("gpu-5") != want; i++ { // reports until the one with the change
