@@ -51,6 +51,8 @@ type claimStatus struct {
 	devices func() map[string]resourceapi.Device
 	health  func() health.Snapshot // nil: always Healthy
 	queue   workqueue.TypedRateLimitingInterface[claimKey]
+	// forbidden: a write was refused for lack of RBAC (logged once).
+	forbidden bool
 }
 
 func newClaimStatus(client kubernetes.Interface, o *Options, store *checkpoint.Store, pub *publisher) *claimStatus {
@@ -104,11 +106,21 @@ func (c *claimStatus) run(ctx context.Context) {
 		if quit {
 			return
 		}
-		if err := c.sync(ctx, k); err != nil {
+		err := c.sync(ctx, k)
+		switch {
+		case err == nil:
+			c.queue.Forget(k)
+		case apierrors.IsForbidden(err):
+			// Retrying cannot help until an admin grants the permission.
+			if !c.forbidden {
+				logger.Error(err, "Claim device status is not written: grant update/patch on resourceclaims/status and "+
+					"the resourceclaims/driver verbs for this driver (see the chart's RBAC)", "claim", klog.KRef(k.Namespace, k.Name))
+			}
+			c.forbidden = true
+			c.queue.Forget(k)
+		default:
 			logger.Error(err, "Writing claim device status failed; retrying", "claim", klog.KRef(k.Namespace, k.Name))
 			c.queue.AddRateLimited(k)
-		} else {
-			c.queue.Forget(k)
 		}
 		c.queue.Done(k)
 	}
