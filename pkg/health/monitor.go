@@ -104,8 +104,8 @@ func (m *Monitor) SetMetrics(x *Metrics) {
 	x.setHealthOf(m.Snapshot(), m.cfg.GPUs)
 }
 
-// Run watches events and probes until ctx is done. It probes once before it
-// returns from start-up work, so the first snapshot reflects the GPUs.
+// Run watches events and probes every GPU each ProbeInterval (the first
+// time at once) until ctx is done.
 func (m *Monitor) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	logger.Info("GPU health monitor started", "gpus", len(m.cfg.GPUs), "probeInterval", m.cfg.ProbeInterval,
@@ -198,7 +198,7 @@ func (m *Monitor) watchEvents(ctx context.Context) {
 	registered := 0
 	for _, g := range m.cfg.GPUs {
 		var supported uint64
-		_, ret := m.timed("GetSupportedEventTypes", func() nvml.Return {
+		ret := m.timed("GetSupportedEventTypes", func() nvml.Return {
 			var r nvml.Return
 			supported, r = g.Device.GetSupportedEventTypes()
 			return r
@@ -211,7 +211,7 @@ func (m *Monitor) watchEvents(ctx context.Context) {
 		if mask == 0 {
 			continue
 		}
-		_, ret = m.timed("RegisterEvents", func() nvml.Return { return g.Device.RegisterEvents(mask, set) })
+		ret = m.timed("RegisterEvents", func() nvml.Return { return g.Device.RegisterEvents(mask, set) })
 		switch ret {
 		case nvml.SUCCESS:
 			registered++
@@ -291,12 +291,11 @@ func (m *Monitor) setLost(ctx context.Context, uuid, value string) {
 }
 
 // timed runs an NVML call and records its latency.
-func (m *Monitor) timed(call string, f func() nvml.Return) (time.Duration, nvml.Return) {
+func (m *Monitor) timed(call string, f func() nvml.Return) nvml.Return {
 	start := time.Now()
 	ret := f()
-	d := time.Since(start)
-	m.cfg.Metrics.nvmlCall(call, d)
-	return d, ret
+	m.cfg.Metrics.nvmlCall(call, time.Since(start))
+	return ret
 }
 
 func metav1Time(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }

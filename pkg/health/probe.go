@@ -25,7 +25,7 @@ func (m *Monitor) ProbeAll(ctx context.Context) {
 func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 	logger := klog.FromContext(ctx)
 	now := m.cfg.now()
-	_, ret := m.timed("GetMemoryInfo", func() nvml.Return {
+	ret := m.timed("GetMemoryInfo", func() nvml.Return {
 		_, r := gpu.Device.GetMemoryInfo()
 		return r
 	})
@@ -54,7 +54,7 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 
 	action, known := m.recoveryAction(gpu.Device)
 	var ecc uint64
-	_, eccRet := m.timed("GetTotalEccErrors", func() nvml.Return {
+	eccRet := m.timed("GetTotalEccErrors", func() nvml.Return {
 		var r nvml.Return
 		ecc, r = gpu.Device.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
 		return r
@@ -104,7 +104,7 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 // when the driver does not report it.
 func (m *Monitor) recoveryAction(d nvml.Device) (nvml.DeviceGpuRecoveryAction, bool) {
 	values := []nvml.FieldValue{{FieldId: nvml.FI_DEV_GET_GPU_RECOVERY_ACTION}}
-	_, ret := m.timed("GetFieldValues", func() nvml.Return { return d.GetFieldValues(values) })
+	ret := m.timed("GetFieldValues", func() nvml.Return { return d.GetFieldValues(values) })
 	if ret != nvml.SUCCESS || nvml.Return(values[0].NvmlReturn) != nvml.SUCCESS {
 		return 0, false
 	}
