@@ -47,6 +47,7 @@ type Options struct {
 	NvidiaSMIPath  string
 	MPSControlPath string
 	MPSRoot        string
+	Health              HealthOptions
 }
 
 // Discovery holds the flags inspect and the plugin share.
@@ -93,6 +94,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Host path of nvidia-cdi-hook for the generated CDI hooks (real GPUs only). [$NVIDIA_CDI_HOOK_PATH]")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", env("METRICS_ADDRESS", ""),
 		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables. [$METRICS_ADDRESS]")
+	o.addHealthFlags(fs)
 	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
 		"Also fsync the checkpoint directory after each record write. Record contents are always fsynced before the rename; a rename lost to a power failure only matters within a boot, and records of an earlier boot are discarded anyway.")
 	o.addSharingToolFlags(fs)

@@ -58,7 +58,7 @@ func (o *Options) validateSharing() error {
 }
 
 func (o *Options) sliceOptions() slice.Options {
-	return slice.Options{MaxDevicesPerSlice: o.MaxDevicesPerSlice, ConsumableMemory: o.GPUSharing == SharingConsumable}
+	return slice.Options{MaxDevicesPerSlice: o.maxDevicesPerSlice(), ConsumableMemory: o.GPUSharing == SharingConsumable}
 }
 
 // sharingTools returns the time slicer and MPS control of the node.

@@ -11,6 +11,7 @@
 #        cluster.sh stop-plugin NODE | start-plugin NODE | restart-plugin NODE
 #        cluster.sh start-controller | stop-controller
 #        cluster.sh add-node NODE=PROFILE [PLUGIN-FLAG...] | remove-node NODE
+#        cluster.sh inject-fault NODE GPU xid N|ecc|lost | clear-faults NODE
 #
 #   up              build missing binaries, make the PKI, start everything and
 #                   wait until the nodes are Ready and their ResourceSlices are
@@ -39,6 +40,10 @@
 #                   add-node gpu-share=h100x1.yaml --gpu-sharing=consumable --mig=static
 #   remove-node     stop a node's processes, delete its Node object and
 #                   ResourceSlices, unmount and remove its dir
+#   inject-fault    break a simulated GPU: append "GPU xid N" (or "GPU ecc",
+#                   "GPU lost") to the node plugin's fault file, e.g.
+#                   inject-fault gpu-h100 gpu-3 xid 79
+#   clear-faults    empty that file: the node's GPUs are reset
 #
 # Environment (defaults in brackets). `up` records the effective settings in
 # <cluster-dir>/cluster.env and the other commands use those.
@@ -67,6 +72,8 @@
 #   GPUDRA_FAKE_CRI_V            verbosity of gpudra-fake-cri [2]
 #   GPUDRA_CONTROLLER_WEBHOOK_PORT gpu-controller webhook port [30443]
 #   GPUDRA_CONTROLLER_METRICS_PORT its /metrics, /healthz, /readyz port [30880]
+#   GPUDRA_PLUGIN_METRICS_PORT   first plugin's /metrics port (127.0.0.1), +1
+#                                per node slot [30900]
 #   GPUDRA_CONTROLLER_NAMESPACE  its namespace (certificate Secret) [gpudra-local]
 #   GPUDRA_CONTROLLER_V          its verbosity [4]
 #   GPUDRA_CONTROLLER_WEBHOOK_NAMESPACE_LABEL  set: the webhook only checks
@@ -106,6 +113,8 @@ source "$SCRIPT_DIR/lib/nodes.sh"
 source "$SCRIPT_DIR/lib/node-ops.sh"
 # shellcheck source=lib/controller.sh
 source "$SCRIPT_DIR/lib/controller.sh"
+# shellcheck source=lib/health.sh
+source "$SCRIPT_DIR/lib/health.sh"
 
 DRIVER_NAME=gpu.gpudra.io
 K8S_BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl)
@@ -202,6 +211,7 @@ cmd_up() {
 	prepare_nodes
 	make_pki
 	up_control_plane
+	apply_plugin_rbac
 	up_nodes
 	wait_control_plane
 	wait_for "$WAIT_TIMEOUT" "the default ServiceAccount in namespace default" \
@@ -332,8 +342,10 @@ main() {
 	stop-controller) cmd_stop_controller ;;
 	add-node) cmd_add_node "$@" ;;
 	remove-node) cmd_remove_node "$@" ;;
+	inject-fault) cmd_inject_fault "$@" ;;
+	clear-faults) cmd_clear_faults "$@" ;;
 	-h | --help | help) sed -n '/^# Starts/,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' ;;
-	*) die "usage: $0 up|down|status|kubeconfig|stop-plugin NODE|start-plugin NODE|restart-plugin NODE|start-controller|stop-controller|add-node NODE=PROFILE [PLUGIN-FLAG...]|remove-node NODE (see --help)" ;;
+	*) die "usage: $0 up|down|status|kubeconfig|stop-plugin NODE|start-plugin NODE|restart-plugin NODE|start-controller|stop-controller|add-node NODE=PROFILE [PLUGIN-FLAG...]|remove-node NODE|inject-fault NODE GPU FAULT|clear-faults NODE (see --help)" ;;
 	esac
 }
 

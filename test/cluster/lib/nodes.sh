@@ -148,6 +148,7 @@ start_plugin() {
 		--cdi-root "$dir/cdi" \
 		--kubelet-plugins-directory "$dir/kubelet/plugins" \
 		--kubelet-registrar-directory "$dir/kubelet/plugins_registry" \
+		--metrics-address "127.0.0.1:$(plugin_metrics_port "$node")" \
 		-v "$PLUGIN_V" \
 		"${extra[@]}"
 }
