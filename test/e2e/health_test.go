@@ -20,7 +20,7 @@ import (
 // one inference replica on the H100 node with a GPU from a template.
 func faultTolerantInference(t *testing.T, ns string) v1.Pod {
 	t.Helper()
-	applySpec(t, ns, spec("09-fault-tolerant-inference.yaml"))
+	applySpec(t, ns, spec("15-fault-tolerant-inference.yaml"))
 	return waitDeployment(t, ns, "app=inference", 1)[0]
 }
 

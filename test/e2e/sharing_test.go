@@ -76,7 +76,7 @@ func getenv(t *testing.T, inj fakecri.Injection, key string) string {
 
 func TestTimeSlicingTwoPodsOneGPU(t *testing.T) {
 	ns := namespace(t)
-	applySpec(t, ns, spec("09-time-slicing.yaml"))
+	applySpec(t, ns, spec("10-time-slicing.yaml"))
 	waitRunning(t, ns, "ts-a", "ts-b")
 	a := assertSeesAllocation(t, ns, "ts-a", "cuda")
 	b := assertSeesAllocation(t, ns, "ts-b", "cuda")
@@ -101,7 +101,7 @@ func TestTimeSlicingTwoPodsOneGPU(t *testing.T) {
 
 func TestMPSPodsSeeDaemonAndLimits(t *testing.T) {
 	ns := namespace(t)
-	applySpec(t, ns, spec("10-mps.yaml"))
+	applySpec(t, ns, spec("11-mps.yaml"))
 	waitRunning(t, ns, "mps-a", "mps-b")
 	a := assertSeesAllocation(t, ns, "mps-a", "cuda")
 	b := assertSeesAllocation(t, ns, "mps-b", "cuda")
@@ -199,7 +199,7 @@ func TestConsumableSharesFillOneGPU(t *testing.T) {
 	clusterCmd(t, "add-node", node+"="+filepath.Join(repoRoot, "test", "cluster", "h100x1.yaml"), "--gpu-sharing=consumable", "--mig=static")
 	t.Cleanup(func() { clusterCmd(t, "remove-node", node) })
 	ns := namespace(t)
-	applySpec(t, ns, spec("11-consumable-shares.yaml"))
+	applySpec(t, ns, spec("12-consumable-shares.yaml"))
 	pods := waitDeployment(t, ns, "app=gpu-shares", 4)
 	var uuid string
 	for _, p := range pods {

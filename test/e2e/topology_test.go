@@ -9,7 +9,7 @@ import (
 
 func TestTwoGPUsOnOneNVLinkDomain(t *testing.T) {
 	ns := namespace(t)
-	applySpec(t, ns, spec("09-nvlink-pair.yaml"))
+	applySpec(t, ns, spec("13-nvlink-pair.yaml"))
 	waitRunning(t, ns, "nvlink-pair")
 	d := assertSeesAllocation(t, ns, "nvlink-pair", "cuda")
 	if len(d) != 2 || d[0].nvlinkDomain == "" || d[0].nvlinkDomain != d[1].nvlinkDomain || d[0].node != "gpu-mixed" {
@@ -19,7 +19,7 @@ func TestTwoGPUsOnOneNVLinkDomain(t *testing.T) {
 
 func TestGPUAndItsNUMANeighbour(t *testing.T) {
 	ns := namespace(t)
-	applySpec(t, ns, spec("10-gpu-and-numa-neighbour.yaml"))
+	applySpec(t, ns, spec("14-gpu-and-numa-neighbour.yaml"))
 	waitRunning(t, ns, "numa-neighbours")
 	d := allocatedDevices(t, pod(t, ns, "numa-neighbours"))
 	if len(d) != 2 || d[0].numaNode < 0 || d[0].numaNode != d[1].numaNode || d[0].uuid == d[1].uuid {
