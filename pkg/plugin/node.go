@@ -46,6 +46,7 @@ func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
 		return nil, err
 	}
 	mig.Apply(node, mode)
+	mig.RestrictProfiles(ctx, node, o.MIGProfiles)
 	klog.FromContext(ctx).Info("Discovered GPUs", "mig", mode, "count", len(node.GPUs), "driverVersion", node.DriverVersion,
 		"cudaDriverVersion", node.CUDADriverVersion, "simulated", o.Simulate != "")
 	return &GPUNode{Lib: lib, Node: node}, nil

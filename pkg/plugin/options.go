@@ -38,6 +38,8 @@ type Options struct {
 	MaxDevicesPerSlice  int
 	// MIG is the --mig mode: off, static or dynamic (see pkg/mig).
 	MIG string
+	// MIGProfiles limits the profiles dynamic MIG publishes (--mig-profiles).
+	MIGProfiles []string
 	// SimStateFile keeps the simulated MIG state (simulation only).
 	SimStateFile string
 	// inspectOnly: the inspect command, which never changes NVML state.
@@ -47,7 +49,7 @@ type Options struct {
 	NvidiaSMIPath  string
 	MPSControlPath string
 	MPSRoot        string
-	Health              HealthOptions
+	Health         HealthOptions
 }
 
 // Discovery holds the flags inspect and the plugin share.
@@ -65,6 +67,9 @@ func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
 		"MIG handling: static (GPUs in MIG mode publish their existing MIG devices; the plugin never changes MIG configuration), "+
 			"dynamic (MIG-capable GPUs publish the whole GPU and every MIG placement; MIG devices are created at prepare and destroyed at unprepare), "+
 			"or off (every GPU whole). GPUs without MIG are always published whole. [$GPUDRA_MIG]")
+	fs.StringSliceVar(&o.MIGProfiles, "mig-profiles", envList("GPUDRA_MIG_PROFILES"),
+		"With --mig=dynamic: publish only these MIG profiles (e.g. 1g.10gb,3g.40gb; default all). Fewer devices per GPU make scheduling "+
+			"on the node cheaper; the GPU's MIG counters are unchanged. [$GPUDRA_MIG_PROFILES, comma-separated]")
 	fs.StringVar(&o.SimStateFile, "sim-state-file", env("GPUDRA_SIM_STATE_FILE", ""),
 		"With --simulate: file that keeps the simulated GPUs' MIG state across restarts (default for the plugin: <plugin dir>/simulated-nvml.json; inspect reads it to show a running plugin's MIG devices). [$GPUDRA_SIM_STATE_FILE]")
 	o.addGPUSharingFlag(fs)

@@ -39,13 +39,15 @@ func BenchmarkSchedulerAllocation(b *testing.B) {
 		claims = v
 	}
 	for _, shape := range []struct {
-		name    string
-		profile string
-		mode    mig.Mode
+		name     string
+		profile  string
+		mode     mig.Mode
+		profiles []string // --mig-profiles
 	}{
-		{"whole-gpus", "dgx-h100", mig.ModeStatic},
+		{"whole-gpus", "dgx-h100", mig.ModeStatic, nil},
 		// Every GPU also offers every MIG placement, all on shared counters.
-		{"dynamic-mig", "dgx-h100", mig.ModeDynamic},
+		{"dynamic-mig", "dgx-h100", mig.ModeDynamic, nil},
+		{"dynamic-mig-2-profiles", "dgx-h100", mig.ModeDynamic, []string{"1g.10gb", "3g.40gb"}},
 	} {
 		b.Run(shape.name, func(b *testing.B) {
 			var all []*resourceapi.ResourceSlice
@@ -54,6 +56,7 @@ func BenchmarkSchedulerAllocation(b *testing.B) {
 				name := fmt.Sprintf("node-%03d", i)
 				node := simNode(b, shape.profile, name)
 				mig.Apply(node, shape.mode)
+				mig.RestrictProfiles(context.Background(), node, shape.profiles)
 				res, err := slice.Resources(name, node, slice.Options{})
 				if err != nil {
 					b.Fatal(err)
