@@ -31,10 +31,14 @@ import (
 //
 //	go test -run '^$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice
 //
-// SCALE_CLAIMS overrides the number of claims (800).
+// SCALE_NODES and SCALE_CLAIMS override the number of nodes (120) and
+// claims (800).
 func BenchmarkSchedulerAllocation(b *testing.B) {
-	const nodes, feasibleToFind = 120, 100
-	claims := 800
+	const feasibleToFind = 100
+	nodes, claims := 120, 800
+	if v, err := strconv.Atoi(os.Getenv("SCALE_NODES")); err == nil && v > 0 {
+		nodes = v
+	}
 	if v, err := strconv.Atoi(os.Getenv("SCALE_CLAIMS")); err == nil && v > 0 {
 		claims = v
 	}
