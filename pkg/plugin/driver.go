@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
+	resourcev1 "k8s.io/client-go/kubernetes/typed/resource/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -149,10 +151,12 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		return nil, fmt.Errorf("build ResourceSlice: %w", err)
 	}
 	driver := &Driver{manager: manager, cancel: fatal}
+	fetcher := &claimFetcher{client: client} // see claimfetch.go
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(o.DriverName),
 		kubeletplugin.NodeName(o.NodeName),
-		kubeletplugin.KubeClient(client),
+		kubeletplugin.KubeClient(fetcher.Client()),
+		kubeletplugin.GRPCInterceptor(fetcher.Intercept),
 		kubeletplugin.RegistrarDirectoryPath(o.KubeletRegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(o.PluginDataDir()),
 		// Claims on different GPUs prepare in parallel; the manager locks per device.
@@ -183,9 +187,21 @@ func kubeClient(o *Options) (kubernetes.Interface, error) {
 	cfg.QPS = o.KubeAPIQPS
 	cfg.Burst = o.KubeAPIBurst
 	cfg.UserAgent = "gpu-kubelet-plugin"
-	client, err := kubernetes.NewForConfig(cfg)
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create HTTP client for %s: %w", cfg.Host, err)
+	}
+	client, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("create Kubernetes client: %w", err)
 	}
-	return client, nil
+	// Claim reads answer the kubelet's prepare calls one to one and skip the
+	// client-side rate limit (see claimfetch.go).
+	claimCfg := rest.CopyConfig(cfg)
+	claimCfg.QPS, claimCfg.RateLimiter = -1, nil
+	claims, err := resourcev1.NewForConfigAndClient(claimCfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("create Kubernetes client for claims: %w", err)
+	}
+	return unthrottledClaims(client, claims), nil
 }
