@@ -12,8 +12,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/watchlist"
@@ -30,7 +30,6 @@ func claimsClient(t *testing.T, names ...string) *fake.Clientset {
 	}
 	return client
 }
-
 
 // countGets counts claim GETs that reach the API client.
 func countGets(client *fake.Clientset) *atomic.Int32 {
