@@ -170,6 +170,9 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, fmt.Errorf("start kubelet plugin: %w", err)
 	}
+	if err := publishFirst(ctx, client, o.DriverName, o.NodeName, resources); err != nil {
+		logger.Error(err, "Could not publish the first ResourceSlice directly; the ResourceSlice controller will")
+	}
 	if err := helper.PublishResources(ctx, resources); err != nil {
 		helper.Stop()
 		return nil, fmt.Errorf("publish ResourceSlices: %w", err)
