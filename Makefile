@@ -47,6 +47,10 @@ bench-drasock: build k8s-binaries ## NodePrepare/NodeUnprepare over a plugin's d
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
 
+.PHONY: bench-report
+bench-report: build k8s-binaries ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
+	test/bench/run.sh
+
 demo: build k8s-binaries ## The README's first command
 	./demo/run.sh
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# make bench-report: runs gpudra's benchmarks on the local cluster and writes
+# _output/bench/report.md and report.json (figures, targets, reference
+# drivers, machine). The raw `go test -bench` outputs stay next to them.
+#
+# Environment: N_DRASOCK (dra.sock iterations, 200), N_PODS (pods per case,
+# 50), N_START (plugin starts, 5), KEEP_CLUSTER=1 (leave the cluster up),
+# BENCH_ONLY (space-separated subset of: unit drasock startup controller pods scale).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUTPUT:-$PWD/_output}/bench
+mkdir -p "$out"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+only=" ${BENCH_ONLY:-unit drasock startup controller pods scale} "
+
+test/cluster/cluster.sh up
+if [ "${KEEP_CLUSTER:-0}" != 1 ]; then
+	trap 'test/cluster/cluster.sh down >/dev/null' EXIT
+fi
+export E2E_KEEP_CLUSTER=1
+
+e2e() { # name pattern benchtime
+	[[ $only == *" $1 "* ]] || return 0
+	echo "== $1: go test -tags e2e -run '^\$' -bench '$2' -benchtime $3 ./test/e2e/"
+	go test -tags e2e -run '^$' -bench "$2" -benchtime "$3" -timeout 30m ./test/e2e/ | tee "$out/$1.txt"
+}
+if [[ $only == *" unit "* ]]; then
+	echo "== unit: go test -run '^\$' -bench . -benchtime 2000x ./pkg/prepare/"
+	go test -run '^$' -bench . -benchtime 2000x ./pkg/prepare/ | tee "$out/unit.txt"
+fi
+e2e drasock 'DRASock' "${N_DRASOCK:-200}x"
+e2e startup 'PluginStartup' "${N_START:-5}x"
+e2e controller 'ControllerMemory' 1x
+e2e pods 'PodCreateToRunning' "${N_PODS:-50}x"
+e2e scale 'SchedulerScale' 1x
+
+inputs=()
+for n in unit drasock startup controller pods scale; do
+	[[ $only == *" $n "* && -f $out/$n.txt ]] && inputs+=("$out/$n.txt")
+done
+go run ./test/cmd/bench-report -out "$out" \
+	-machine "date=$(date -u +%Y-%m-%dT%H:%MZ)" \
+	-machine "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+	-machine "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
+	-machine "cpus=$(nproc)" \
+	-machine "memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)" \
+	-machine "load before=$load_before" \
+	-machine "load after=$(cut -d' ' -f1-3 /proc/loadavg)" \
+	"${inputs[@]}"
+echo "wrote $out/report.md and $out/report.json"
