@@ -159,6 +159,8 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		kubeletplugin.GRPCInterceptor(fetcher.Intercept),
 		kubeletplugin.RegistrarDirectoryPath(o.KubeletRegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(o.PluginDataDir()),
+		kubeletplugin.RegistrarListener(privateSocket),
+		kubeletplugin.PluginListener(privateSocket),
 		// Claims on different GPUs prepare in parallel; the manager locks per device.
 		kubeletplugin.Serialize(false),
 		kubeletplugin.HealthService(false),

@@ -63,7 +63,9 @@ func BenchmarkPodCreateToRunning(b *testing.B) {
 				b.StartTimer()
 			}
 			slices.Sort(lat)
-			at := func(p float64) float64 { return float64(lat[min(len(lat)-1, int(float64(len(lat))*p))].Microseconds()) / 1000 }
+			at := func(p float64) float64 {
+				return float64(lat[min(len(lat)-1, int(float64(len(lat))*p))].Microseconds()) / 1000
+			}
 			b.ReportMetric(at(0.5), "p50-ms")
 			b.ReportMetric(at(0.9), "p90-ms")
 			b.ReportMetric(at(0.99), "p99-ms")

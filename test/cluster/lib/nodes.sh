@@ -138,7 +138,7 @@ start_kubelet() {
 start_plugin() {
 	local node=$1 dir
 	dir=$(node_dir "$node")
-	start_component "plugin-$node" "$BIN_DIR/gpu-kubelet-plugin" \
+	start_component "plugin-$node" "${GPUDRA_PLUGIN_BIN:-$BIN_DIR/gpu-kubelet-plugin}" \
 		--node-name "$node" \
 		--simulate "$(node_profile "$node")" \
 		--kubeconfig "$(node_kubeconfig "$node")" \
