@@ -36,8 +36,8 @@ import (
 //   - once a round's pods are gone, none of their claims has a CDI spec or a
 //     checkpoint record left.
 //
-// GPUDRA_FAULT_PODS sets the pods per failpoint (default 48: about 200
-// claims over the four failpoints).
+// GPUDRA_FAULT_PODS sets the pods per failpoint (default 48, at least 16:
+// about 200 claims over the four failpoints).
 const faultNode = "gpu-h100"
 
 func TestFaults(t *testing.T) {
@@ -46,14 +46,16 @@ func TestFaults(t *testing.T) {
 	oneGPUTemplate(t, ns)
 	t.Cleanup(func() { restartPlugin(t, "", "") })
 	pods := 48
-	if v, err := strconv.Atoi(os.Getenv("GPUDRA_FAULT_PODS")); err == nil && v > 0 {
+	if v, err := strconv.Atoi(os.Getenv("GPUDRA_FAULT_PODS")); err == nil && v >= 16 {
 		pods = v
 	}
 	for _, fp := range []struct{ short, name, action string }{
-		{"started", failpoint.PrepareStarted, "crash-after(3)"},
-		{"cdi-written", failpoint.PrepareCDIWritten, "crash-after(5)"},
-		{"completed", failpoint.PrepareCompleted, "crash-after(7)"},
-		{"unprepare", failpoint.UnprepareCDIRemoved, "crash-after(4)"},
+		// Each kill lands in the second round (9th to 16th claim), while
+		// eight claims are prepared or unprepared at once.
+		{"started", failpoint.PrepareStarted, "crash-after(11)"},
+		{"cdi-written", failpoint.PrepareCDIWritten, "crash-after(13)"},
+		{"completed", failpoint.PrepareCompleted, "crash-after(15)"},
+		{"unprepare", failpoint.UnprepareCDIRemoved, "crash-after(12)"},
 	} {
 		t.Run(fp.short, func(t *testing.T) {
 			crashDuringChurn(t, ns, bin, fp.short, fp.name+"="+fp.action, pods)
