@@ -82,6 +82,9 @@
 #                                run, e.g. a -tags failpoints build
 #                                [<bin dir>/gpu-kubelet-plugin]
 #   GPUDRA_FAILPOINTS            passed to the plugins (failpoints builds only)
+#   POD_UID                      passed to the plugins: rolling-update mode,
+#                                sockets named after it (keep it short: a
+#                                Unix socket path has at most 107 bytes)
 #   GPUDRA_KEEP_LOGS             1: `down` copies the logs to
 #                                <cluster-dir>-logs/ before removing the dir [0]
 #   GPUDRA_KEEP_ON_FAILURE       1: a failed `up` leaves the processes running

@@ -5,9 +5,11 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 )
 
@@ -112,6 +115,88 @@ func testAPIServerOutage(t *testing.T, ns string) {
 		t.Fatalf("the plugin was restarted (pid %d, now %d)", before, after)
 	}
 	deleteAndCheckGone(t, ns, "after-outage", uid)
+}
+
+// testRollingUpdate replaces the node's plugin the way a DaemonSet with
+// maxSurge does: the old instance (started with a pod UID) keeps serving
+// while a new one with another pod UID starts and registers, then the old
+// one gets SIGTERM. Pods are created and deleted, eight at a time, across
+// the handover; not one prepare may fail.
+func testRollingUpdate(t *testing.T, ns string) {
+	restartWithEnv(t, "POD_UID=old")
+	t.Cleanup(func() {
+		clusterCmd(t, "stop-plugin", faultNode)
+		restartWithEnv(t)
+	})
+	churnRound(t, ns, "roll-0", 8) // the old instance alone
+
+	args := pluginCommand(t)
+	newUID := "new" // short: Unix socket paths have at most 107 bytes
+	logPath := filepath.Join(t.TempDir(), "plugin-new.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	surge := exec.Command(args[0], args[1:]...)
+	surge.Env = append(pluginEnv("", ""), "POD_UID="+newUID)
+	surge.Stdout, surge.Stderr = logFile, logFile
+	handover := make(chan error, 1)
+	go func() {
+		if err := surge.Start(); err != nil {
+			handover <- err
+			return
+		}
+		// The new instance registers under its own socket name; once the
+		// kubelet has it, the old instance goes.
+		regSocket := driver + "-" + newUID + "-reg.sock"
+		err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			log, _ := os.ReadFile(filepath.Join(clusterDir, "logs", "kubelet-"+faultNode+".log"))
+			return strings.Contains(string(log), regSocket) && strings.Contains(string(log), `"OperationExecutor.RegisterPlugin started"`), nil
+		})
+		if err != nil {
+			handover <- fmt.Errorf("the kubelet never registered the new instance (%s)", regSocket)
+			return
+		}
+		time.Sleep(time.Second)
+		out, err := exec.Command(clusterSh, "stop-plugin", faultNode).CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("stop the old instance: %w\n%s", err, out)
+		}
+		handover <- err
+	}()
+	t.Cleanup(func() {
+		_ = surge.Process.Kill()
+		_ = surge.Wait()
+		_ = logFile.Close()
+	})
+	churnRound(t, ns, "roll-1", 8) // across the handover
+	if err := <-handover; err != nil {
+		t.Fatal(err)
+	}
+	churnRound(t, ns, "roll-2", 8) // the new instance alone
+	if log, _ := os.ReadFile(logPath); strings.Count(string(log), `"Prepared claim"`) < 8 {
+		t.Errorf("the new instance prepared fewer than the last round's 8 claims; its log:\n%s", tail(string(log), 30))
+	}
+	events, err := client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=FailedPrepareDynamicResources"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if strings.HasPrefix(e.InvolvedObject.Name, "roll-") {
+			t.Errorf("failed prepare during the rolling update: %s: %s", e.InvolvedObject.Name, e.Message)
+		}
+	}
+}
+
+// restartWithEnv kill -9s the node's plugin and starts the normal build with
+// extra environment (e.g. POD_UID).
+func restartWithEnv(t *testing.T, env ...string) {
+	t.Helper()
+	cmd := exec.Command(clusterSh, "restart-plugin", faultNode)
+	cmd.Env = append(slices.DeleteFunc(pluginEnv("", ""), func(kv string) bool { return strings.HasPrefix(kv, "POD_UID=") }), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("restart-plugin: %v\n%s", err, out)
+	}
 }
 
 // runOnePod runs a pod with a one-GPU claim on the fault node and returns

@@ -63,6 +63,7 @@ func TestFaults(t *testing.T) {
 	}
 	t.Run("corrupt-checkpoint", func(t *testing.T) { testCorruptCheckpoint(t, ns) })
 	t.Run("apiserver-outage", func(t *testing.T) { testAPIServerOutage(t, ns) })
+	t.Run("rolling-update", func(t *testing.T) { testRollingUpdate(t, ns) })
 }
 
 // buildFailpointPlugin builds gpu-kubelet-plugin with -tags failpoints.
