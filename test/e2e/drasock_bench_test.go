@@ -56,7 +56,7 @@ func BenchmarkDRASock(b *testing.B) {
 	all := allocatedClaim(b, ns, "eight", node, 0, 1, 2, 3, 4, 5, 6, 7)
 	time.Sleep(2 * time.Second) // let start-up work settle before reading idle memory
 	pid := plugin.cmd.Process.Pid
-	idle := procMiB(b, pid, "VmRSS")
+	idle, idleAnon := procMiB(b, pid, "VmRSS"), procMiB(b, pid, "RssAnon")
 
 	run := func(name string, claims ...*drapb.Claim) {
 		b.Run(name, func(b *testing.B) {
@@ -95,6 +95,9 @@ func BenchmarkDRASock(b *testing.B) {
 	})
 	b.Run("plugin-memory", func(b *testing.B) {
 		b.ReportMetric(idle, "rss-idle-MiB")
+		// Anonymous memory only: heap and stacks, without the binary's
+		// mapped pages (file-backed, shared, reclaimable).
+		b.ReportMetric(idleAnon, "rss-anon-idle-MiB")
 		b.ReportMetric(procMiB(b, pid, "VmHWM"), "rss-peak-MiB")
 	})
 }
