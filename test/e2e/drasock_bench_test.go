@@ -150,7 +150,11 @@ func startBenchPlugin(b *testing.B, node string) *benchPlugin {
 	}
 	p := &benchPlugin{node: node, log: filepath.Join(dir, "plugin.log"),
 		socket: filepath.Join(dir, "plugins", driver, "dra.sock")}
-	p.cmd = exec.Command(filepath.Join(repoRoot, "_output", "bin", "gpu-kubelet-plugin"),
+	bin := filepath.Join(repoRoot, "_output", "bin", "gpu-kubelet-plugin")
+	if b := os.Getenv("GPUDRA_PLUGIN_BIN"); b != "" { // e.g. another version, for an A/B comparison
+		bin = b
+	}
+	p.cmd = exec.Command(bin,
 		"--node-name", node, "--simulate", "dgx-h100", "--kubeconfig", kubeconfig,
 		"--cdi-root", filepath.Join(dir, "cdi"), "--kubelet-plugins-directory", filepath.Join(dir, "plugins"),
 		"--kubelet-registrar-directory", registry)
