@@ -76,7 +76,14 @@ specs=(${DEMO_SPECS:-demo/specs/*.yaml})
 failed=0
 for spec in "${specs[@]}"; do
   log "== $(basename "$spec")"
-  grep '^# ' "$spec" | grep -v '^# then:' | sed 's/^# /   /'
+  grep '^# ' "$spec" | grep -Ev '^# (then|node):' | sed 's/^# /   /'
+  # "# node: NAME=PROFILE FLAGS...": the scenario needs an extra node.
+  extra_node=$(sed -n 's/^# node: //p' "$spec")
+  if [ -n "$extra_node" ]; then
+    echo "   \$ test/cluster/cluster.sh add-node $extra_node"
+    # shellcheck disable=SC2086 # NAME=PROFILE and flags are separate words
+    "$cluster" add-node $extra_node >/dev/null
+  fi
   "$kubectl" apply -f "$spec" >/dev/null
   settle || failed=1
   while IFS= read -r step; do
@@ -89,6 +96,7 @@ for spec in "${specs[@]}"; do
   "$kubectl" delete -f "$spec" --wait=true --timeout=60s >/dev/null
   "$kubectl" -n "$ns" wait --for=delete pod --all --timeout=60s >/dev/null 2>&1 || true
   "$kubectl" -n "$ns" delete events --all >/dev/null 2>&1 || true
+  if [ -n "$extra_node" ]; then "$cluster" remove-node "${extra_node%%=*}" >/dev/null; fi
 done
 [ "$failed" = 0 ] || { echo "!! some scenarios did not settle"; exit 1; }
 log "Demo complete: every scenario ran through the real scheduler, kubelet and gpudra plugin."

@@ -109,9 +109,9 @@ func TestDecodeInvalid(t *testing.T) {
 			strict: true,
 		},
 		{
-			name:   "reserved mps settings are unknown",
-			in:     header + `,"sharing":{"strategy":"Exclusive","mps":{}}}`,
-			want:   `invalid GpuClaimParameters: strict decoding error: unknown field "sharing.mps"`,
+			name:   "unknown mps setting",
+			in:     header + `,"sharing":{"strategy":"MPS","mps":{"threads":50}}}`,
+			want:   `invalid GpuClaimParameters: strict decoding error: unknown field "sharing.mps.threads"`,
 			strict: true,
 		},
 		{
@@ -159,17 +159,27 @@ func TestDecodeInvalid(t *testing.T) {
 			fields: []string{"apiVersion", "kind"},
 		},
 		{
-			name: "MPS rejected",
-			in:   header + `,"sharing":{"strategy":"MPS"}}`,
-			want: `invalid GpuClaimParameters: sharing.strategy: Invalid value: "MPS": MPS sharing is not supported yet by ` +
-				`resource.gpudra.io/v1alpha1 GpuClaimParameters; supported values: "Exclusive", "TimeSlicing"`,
-			fields: []string{"sharing.strategy"},
+			name:   "MPS settings with another strategy",
+			in:     header + `,"sharing":{"strategy":"Exclusive","mps":{}}}`,
+			want:   `invalid GpuClaimParameters: sharing.mps: Invalid value: "{...}": mps may only be set when strategy is MPS`,
+			fields: []string{"sharing.mps"},
+		},
+		{
+			name: "MPS limits out of range",
+			in: header + `,"sharing":{"strategy":"MPS","mps":{"defaultActiveThreadPercentage":0,` +
+				`"defaultPinnedDeviceMemoryLimit":"1Ki","perDevicePinnedMemoryLimits":{"01":"1Gi"}}}}`,
+			want: `invalid GpuClaimParameters: [sharing.mps.defaultActiveThreadPercentage: Invalid value: 0: must be between 1 and 100 ` +
+				`(percent of the GPU's multiprocessors per client), sharing.mps.defaultPinnedDeviceMemoryLimit: Invalid value: "1Ki": ` +
+				`must be at least 1Mi (MPS limits are whole MiB), sharing.mps.perDevicePinnedMemoryLimits[01]: Invalid value: "01": ` +
+				`must be a CUDA device ordinal between 0 and 127, as the container sees its GPUs]`,
+			fields: []string{"sharing.mps.defaultActiveThreadPercentage", "sharing.mps.defaultPinnedDeviceMemoryLimit",
+				"sharing.mps.perDevicePinnedMemoryLimits[01]"},
 		},
 		{
 			name: "unknown strategy",
 			in:   header + `,"sharing":{"strategy":"timeslicing"}}`,
 			want: `invalid GpuClaimParameters: sharing.strategy: Unsupported value: "timeslicing": ` +
-				`supported values: "Exclusive", "TimeSlicing"`,
+				`supported values: "Exclusive", "TimeSlicing", "MPS"`,
 			fields: []string{"sharing.strategy"},
 		},
 		{
@@ -190,7 +200,7 @@ func TestDecodeInvalid(t *testing.T) {
 			name: "all validation errors are listed",
 			in:   header + `,"sharing":{"strategy":"Shared","timeSlicing":{"interval":"Long"}}}`,
 			want: `invalid GpuClaimParameters: [sharing.strategy: Unsupported value: "Shared": supported values: ` +
-				`"Exclusive", "TimeSlicing", sharing.timeSlicing: Invalid value: {"interval":"Long"}: ` +
+				`"Exclusive", "TimeSlicing", "MPS", sharing.timeSlicing: Invalid value: {"interval":"Long"}: ` +
 				`timeSlicing may only be set when strategy is TimeSlicing]`,
 			fields: []string{"sharing.strategy", "sharing.timeSlicing"},
 		},
@@ -255,12 +265,12 @@ func TestDecodeSizeLimit(t *testing.T) {
 }
 
 func TestDecodeErrorUnwrapsFieldErrors(t *testing.T) {
-	_, err := Decode([]byte(header + `,"sharing":{"strategy":"MPS"}}`))
+	_, err := Decode([]byte(header + `,"sharing":{"strategy":"MPS","mps":{"defaultActiveThreadPercentage":101}}}`))
 	var de *DecodeError
 	require.ErrorAs(t, err, &de)
 	require.Len(t, de.Errs, 1)
 	assert.Equal(t, field.ErrorTypeInvalid, de.Errs[0].Type)
-	assert.Equal(t, MPSStrategy, de.Errs[0].BadValue)
+	assert.Equal(t, int32(101), de.Errs[0].BadValue)
 	assert.Equal(t, de.Errs.ToAggregate().Error(), errors.Unwrap(err).Error())
 }
 

@@ -1,6 +1,9 @@
 package v1alpha1
 
-import "k8s.io/apimachinery/pkg/runtime"
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+)
 
 // DeepCopyInto copies the receiver into out. in must be non-nil.
 func (in *GpuClaimParameters) DeepCopyInto(out *GpuClaimParameters) {
@@ -36,6 +39,9 @@ func (in *GpuSharing) DeepCopyInto(out *GpuSharing) {
 	if in.TimeSlicing != nil {
 		out.TimeSlicing = in.TimeSlicing.DeepCopy()
 	}
+	if in.MPS != nil {
+		out.MPS = in.MPS.DeepCopy()
+	}
 }
 
 // DeepCopy returns an independent copy of the receiver, or nil for nil.
@@ -59,6 +65,35 @@ func (in *TimeSlicingConfig) DeepCopy() *TimeSlicingConfig {
 		return nil
 	}
 	out := new(TimeSlicingConfig)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies the receiver into out. in must be non-nil.
+func (in *MpsConfig) DeepCopyInto(out *MpsConfig) {
+	*out = *in
+	if in.DefaultActiveThreadPercentage != nil {
+		v := *in.DefaultActiveThreadPercentage
+		out.DefaultActiveThreadPercentage = &v
+	}
+	if in.DefaultPinnedDeviceMemoryLimit != nil {
+		v := in.DefaultPinnedDeviceMemoryLimit.DeepCopy()
+		out.DefaultPinnedDeviceMemoryLimit = &v
+	}
+	if in.PerDevicePinnedMemoryLimits != nil {
+		out.PerDevicePinnedMemoryLimits = make(map[string]resource.Quantity, len(in.PerDevicePinnedMemoryLimits))
+		for k, v := range in.PerDevicePinnedMemoryLimits {
+			out.PerDevicePinnedMemoryLimits[k] = v.DeepCopy()
+		}
+	}
+}
+
+// DeepCopy returns an independent copy of the receiver, or nil for nil.
+func (in *MpsConfig) DeepCopy() *MpsConfig {
+	if in == nil {
+		return nil
+	}
+	out := new(MpsConfig)
 	in.DeepCopyInto(out)
 	return out
 }

@@ -3,7 +3,9 @@ package v1alpha1
 // SetDefaults fills in the unset fields of p in place:
 //   - no sharing, or sharing without a strategy, means Exclusive;
 //   - the TimeSlicing strategy without settings, or with an empty interval,
-//     gets the Default interval.
+//     gets the Default interval;
+//   - the MPS strategy without settings gets an empty MpsConfig (MPS's own
+//     defaults: all threads, no pinned-memory limit).
 //
 // It neither touches TypeMeta nor clears settings that do not fit the
 // strategy; Validate reports those. A nil p is left alone.
@@ -25,6 +27,9 @@ func SetDefaults(p *GpuClaimParameters) {
 		if s.TimeSlicing.Interval == "" {
 			s.TimeSlicing.Interval = DefaultTimeSlice
 		}
+	}
+	if s.Strategy == MPSStrategy && s.MPS == nil {
+		s.MPS = &MpsConfig{}
 	}
 }
 

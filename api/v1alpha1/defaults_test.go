@@ -87,3 +87,14 @@ func TestDefaultGpuClaimParameters(t *testing.T) {
 	p.Sharing.Strategy = TimeSlicingStrategy
 	assert.Equal(t, ExclusiveStrategy, DefaultGpuClaimParameters().Sharing.Strategy)
 }
+
+func TestSetDefaultsMPS(t *testing.T) {
+	p := &GpuClaimParameters{Sharing: &GpuSharing{Strategy: MPSStrategy}}
+	SetDefaults(p)
+	if p.Sharing.MPS == nil || p.Sharing.MPS.DefaultActiveThreadPercentage != nil || p.Sharing.MPS.DefaultPinnedDeviceMemoryLimit != nil {
+		t.Fatalf("MPS without settings must get an empty MpsConfig, got %+v", p.Sharing.MPS)
+	}
+	if p.Sharing.TimeSlicing != nil {
+		t.Fatalf("MPS must not get time-slicing settings")
+	}
+}

@@ -2,8 +2,9 @@ package v1alpha1
 
 import (
 	"errors"
-	"reflect"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 )
 
 // FuzzDecode checks that Decode never panics, that it returns a valid object
@@ -35,7 +36,8 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-decoding %s: %v", data, err)
 		}
-		if !reflect.DeepEqual(p, again) {
+		// Semantic: quantities compare by value ("1.5Gi" re-encodes as "1536Mi").
+		if !equality.Semantic.DeepEqual(p, again) {
 			t.Fatalf("round trip changed the object: %#v became %#v", p, again)
 		}
 	})

@@ -1,6 +1,9 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // GpuClaimParameters configures how the GPUs allocated for a claim (or for
 // some of its requests) are set up.
@@ -23,25 +26,29 @@ const (
 	// TimeSlicingStrategy lets the GPU be shared by time slicing and sets
 	// the length of the slices (see TimeSlicingConfig).
 	TimeSlicingStrategy GpuSharingStrategy = "TimeSlicing"
-	// MPSStrategy is reserved for sharing through the CUDA Multi-Process
-	// Service. It is not supported yet: validation rejects it.
+	// MPSStrategy shares the GPU through the CUDA Multi-Process Service: the
+	// plugin runs an MPS control daemon for the claim and points the
+	// containers at it (see MpsConfig).
 	MPSStrategy GpuSharingStrategy = "MPS"
 )
 
 // SupportedStrategies lists the strategies this version accepts.
-var SupportedStrategies = []GpuSharingStrategy{ExclusiveStrategy, TimeSlicingStrategy}
+var SupportedStrategies = []GpuSharingStrategy{ExclusiveStrategy, TimeSlicingStrategy, MPSStrategy}
 
 // GpuSharing describes how a GPU is shared. Each strategy that takes settings
 // has its own optional sub-struct, which may only be set together with that
-// strategy. Settings for MPS and MIG will be added as further sub-structs
-// (mps, mig) in later versions.
+// strategy.
 type GpuSharing struct {
-	// Strategy is one of Exclusive (default) or TimeSlicing.
+	// Strategy is one of Exclusive (default), TimeSlicing or MPS.
 	Strategy GpuSharingStrategy `json:"strategy"`
 
 	// TimeSlicing holds the settings of the TimeSlicing strategy. It may only
 	// be set when Strategy is TimeSlicing.
 	TimeSlicing *TimeSlicingConfig `json:"timeSlicing,omitempty"`
+
+	// MPS holds the settings of the MPS strategy. It may only be set when
+	// Strategy is MPS.
+	MPS *MpsConfig `json:"mps,omitempty"`
 }
 
 // IsExclusive reports whether the GPU is used exclusively. A nil sharing
@@ -53,6 +60,28 @@ func (s *GpuSharing) IsExclusive() bool {
 // IsTimeSliced reports whether the GPU is shared by time slicing.
 func (s *GpuSharing) IsTimeSliced() bool {
 	return s != nil && s.Strategy == TimeSlicingStrategy
+}
+
+// IsMPS reports whether the GPU is shared through MPS.
+func (s *GpuSharing) IsMPS() bool {
+	return s != nil && s.Strategy == MPSStrategy
+}
+
+// MpsConfig holds the settings of the MPS strategy. Every field is optional;
+// unset fields leave the MPS defaults (all threads, no memory limit). On a
+// consumable share the pinned-memory limit defaults to the share's memory and
+// may not exceed it.
+type MpsConfig struct {
+	// DefaultActiveThreadPercentage limits the share of the GPU's
+	// multiprocessors each MPS client may use, 1 to 100.
+	DefaultActiveThreadPercentage *int32 `json:"defaultActiveThreadPercentage,omitempty"`
+	// DefaultPinnedDeviceMemoryLimit limits the device memory each MPS client
+	// may pin, on every GPU of the claim (at least 1Mi).
+	DefaultPinnedDeviceMemoryLimit *resource.Quantity `json:"defaultPinnedDeviceMemoryLimit,omitempty"`
+	// PerDevicePinnedMemoryLimits overrides the default limit per GPU. Keys
+	// are CUDA device ordinals as the container sees them ("0" is the first
+	// GPU in NVIDIA_VISIBLE_DEVICES of the request).
+	PerDevicePinnedMemoryLimits map[string]resource.Quantity `json:"perDevicePinnedMemoryLimits,omitempty"`
 }
 
 // TimeSlicingConfig holds the settings of the TimeSlicing strategy.

@@ -22,14 +22,10 @@ func validateSharing(s *GpuSharing, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	strategyPath := path.Child("strategy")
 	switch s.Strategy {
-	case ExclusiveStrategy, TimeSlicingStrategy:
+	case ExclusiveStrategy, TimeSlicingStrategy, MPSStrategy:
 	case "":
 		errs = append(errs, field.Required(strategyPath,
 			fmt.Sprintf("supported values: %s", quoteAll(SupportedStrategies))))
-	case MPSStrategy:
-		errs = append(errs, field.Invalid(strategyPath, s.Strategy,
-			fmt.Sprintf("MPS sharing is not supported yet by %s %s; supported values: %s",
-				APIVersion, Kind, quoteAll(SupportedStrategies))))
 	default:
 		errs = append(errs, field.NotSupported(strategyPath, s.Strategy, SupportedStrategies))
 	}
@@ -41,6 +37,14 @@ func validateSharing(s *GpuSharing, path *field.Path) field.ErrorList {
 		} else {
 			errs = append(errs, field.Invalid(tsPath, s.TimeSlicing,
 				"timeSlicing may only be set when strategy is TimeSlicing"))
+		}
+	}
+	if s.MPS != nil {
+		mpsPath := path.Child("mps")
+		if s.Strategy == MPSStrategy {
+			errs = append(errs, validateMPS(s.MPS, mpsPath)...)
+		} else {
+			errs = append(errs, field.Invalid(mpsPath, "{...}", "mps may only be set when strategy is MPS"))
 		}
 	}
 	return errs

@@ -5,7 +5,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 )
 
 func TestValidate(t *testing.T) {
@@ -30,20 +32,49 @@ func TestValidate(t *testing.T) {
 			name: "unknown strategy",
 			in:   sharing(GpuSharing{Strategy: "Shared"}),
 			want: []wantErr{{field.ErrorTypeNotSupported, "sharing.strategy",
-				`sharing.strategy: Unsupported value: "Shared": supported values: "Exclusive", "TimeSlicing"`}},
+				`sharing.strategy: Unsupported value: "Shared": supported values: "Exclusive", "TimeSlicing", "MPS"`}},
 		},
 		{
 			name: "missing strategy",
 			in:   sharing(GpuSharing{}),
 			want: []wantErr{{field.ErrorTypeRequired, "sharing.strategy",
-				`sharing.strategy: Required value: supported values: "Exclusive", "TimeSlicing"`}},
+				`sharing.strategy: Required value: supported values: "Exclusive", "TimeSlicing", "MPS"`}},
 		},
 		{
-			name: "MPS is not supported yet",
+			name: "MPS without settings",
 			in:   sharing(GpuSharing{Strategy: MPSStrategy}),
-			want: []wantErr{{field.ErrorTypeInvalid, "sharing.strategy",
-				`sharing.strategy: Invalid value: "MPS": MPS sharing is not supported yet by ` +
-					`resource.gpudra.io/v1alpha1 GpuClaimParameters; supported values: "Exclusive", "TimeSlicing"`}},
+		},
+		{
+			name: "MPS with every setting",
+			in: sharing(GpuSharing{Strategy: MPSStrategy, MPS: &MpsConfig{
+				DefaultActiveThreadPercentage:  ptr.To[int32](100),
+				DefaultPinnedDeviceMemoryLimit: ptr.To(resource.MustParse("1Mi")),
+				PerDevicePinnedMemoryLimits:    map[string]resource.Quantity{"0": resource.MustParse("10Gi"), "7": resource.MustParse("1Gi")},
+			}}),
+		},
+		{
+			name: "MPS thread percentage above 100",
+			in:   sharing(GpuSharing{Strategy: MPSStrategy, MPS: &MpsConfig{DefaultActiveThreadPercentage: ptr.To[int32](101)}}),
+			want: []wantErr{{field.ErrorTypeInvalid, "sharing.mps.defaultActiveThreadPercentage",
+				`sharing.mps.defaultActiveThreadPercentage: Invalid value: 101: must be between 1 and 100 (percent of the GPU's multiprocessors per client)`}},
+		},
+		{
+			name: "MPS per-device key is not an ordinal",
+			in: sharing(GpuSharing{Strategy: MPSStrategy, MPS: &MpsConfig{
+				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{"GPU-1": resource.MustParse("1Gi")}}}),
+			want: []wantErr{{field.ErrorTypeInvalid, "sharing.mps.perDevicePinnedMemoryLimits[GPU-1]", ""}},
+		},
+		{
+			name: "MPS per-device limit below 1Mi",
+			in: sharing(GpuSharing{Strategy: MPSStrategy, MPS: &MpsConfig{
+				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{"1": resource.MustParse("0")}}}),
+			want: []wantErr{{field.ErrorTypeInvalid, "sharing.mps.perDevicePinnedMemoryLimits[1]",
+				`sharing.mps.perDevicePinnedMemoryLimits[1]: Invalid value: "0": must be at least 1Mi (MPS limits are whole MiB)`}},
+		},
+		{
+			name: "MPS settings with time slicing",
+			in:   sharing(GpuSharing{Strategy: TimeSlicingStrategy, MPS: &MpsConfig{}}),
+			want: []wantErr{{field.ErrorTypeInvalid, "sharing.mps", ""}},
 		},
 		{
 			name: "time slicing settings with exclusive strategy",

@@ -41,13 +41,18 @@ type ClaimDevice struct {
 	VisibleUUIDs []string
 	// Env holds extra "KEY=value" entries (from the claim's config).
 	Env []string
+	// MIG is set for a MIG device of GPU.
+	MIG *MIGInstance
+	// Mounts are extra mounts (e.g. the MPS pipe directory).
+	Mounts []*cdispec.Mount
 }
 
 // Writer writes and removes the per-claim specs in one CDI directory.
 type Writer struct {
-	dir   string
-	cache *cdiapi.Cache
-	edits EditsProvider
+	dir     string
+	cache   *cdiapi.Cache
+	edits   EditsProvider
+	migCaps MIGCaps
 }
 
 // NewWriter uses dir (e.g. /var/run/cdi) for the specs.
@@ -96,10 +101,21 @@ func (w *Writer) Spec(claimUID string, devices []ClaimDevice) (*cdispec.Spec, er
 			return nil, err
 		}
 		e := *edits
+		own := "GPUDRA_GPU_" + strconv.Itoa(d.GPU.Minor) + "=" + d.GPU.UUID
+		if d.MIG != nil {
+			if e, err = w.migEdits(d, edits); err != nil {
+				return nil, err
+			}
+			own = fmt.Sprintf("GPUDRA_MIG_%d_%d_%d=%s", d.GPU.Minor, d.MIG.GIID, d.MIG.CIID, d.MIG.UUID)
+		}
 		e.Env = append(append([]string{
 			"NVIDIA_VISIBLE_DEVICES=" + strings.Join(d.VisibleUUIDs, ","),
-			"GPUDRA_GPU_" + strconv.Itoa(d.GPU.Minor) + "=" + d.GPU.UUID,
+			own,
 		}, edits.Env...), d.Env...)
+		e.Mounts = append(append([]*cdispec.Mount{}, edits.Mounts...), d.Mounts...)
+		if len(e.Mounts) == 0 {
+			e.Mounts = nil
+		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name:           claimUID + "-" + d.DeviceName,
 			ContainerEdits: e,

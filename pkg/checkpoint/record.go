@@ -101,6 +101,23 @@ type ClaimRecord struct {
 	Updated time.Time `json:"updated"`
 	// Devices allocated to the claim.
 	Devices []Device `json:"devices"`
+	// MPS is the claim's MPS control daemon, if it has one (pkg/sharing).
+	MPS *MPSDaemon `json:"mps,omitempty"`
+}
+
+// MPSDaemon is an MPS control daemon that the plugin runs for a claim.
+type MPSDaemon struct {
+	// PID of the daemon process (0 while it is being started).
+	PID int `json:"pid"`
+	// Dir holds the daemon's pipe/ and log/ directories.
+	Dir string `json:"dir"`
+	// Devices are the UUIDs the daemon serves, in its device-ordinal order.
+	Devices []string `json:"devices"`
+	// ActiveThreadPercentage is the default for clients; 0 means unset.
+	ActiveThreadPercentage int32 `json:"activeThreadPercentage,omitempty"`
+	// PinnedMemoryLimits are per device (same order as Devices), in bytes;
+	// 0 means no limit.
+	PinnedMemoryLimits []int64 `json:"pinnedMemoryLimits,omitempty"`
 }
 
 // Device is one allocated device of a claim.
@@ -116,6 +133,9 @@ type Device struct {
 	UUID string `json:"uuid"`
 	// ShareID identifies the sharing group when the GPU is shared.
 	ShareID string `json:"shareID,omitempty"`
+	// ConsumedMemory is the memory, in bytes, a consumable share consumed
+	// (the allocation's consumedCapacity); 0 for whole devices.
+	ConsumedMemory int64 `json:"consumedMemory,omitempty"`
 	// AdminAccess is set when the allocation has admin access (a monitoring
 	// agent may use a GPU that another claim holds).
 	AdminAccess bool `json:"adminAccess,omitempty"`
@@ -125,4 +145,28 @@ type Device struct {
 	// Config is the effective GpuClaimParameters applied to the device. This
 	// package treats it as opaque JSON.
 	Config json.RawMessage `json:"config,omitempty"`
+	// MIG is set when the device is a MIG device; UUID is then the MIG
+	// device's UUID (empty until a dynamic one is created).
+	MIG *MIG `json:"mig,omitempty"`
+}
+
+// MIG is what crash recovery needs to know about a MIG device: where it
+// lives, and for dynamic MIG, which instance the plugin created.
+type MIG struct {
+	// Parent is the device name of the GPU, e.g. "gpu-0".
+	Parent     string `json:"parent"`
+	ParentUUID string `json:"parentUUID"`
+	// Profile is the GPU instance profile, e.g. "1g.10gb"; ProfileID its
+	// NVML ID.
+	Profile   string `json:"profile"`
+	ProfileID uint32 `json:"profileID"`
+	// Start and Size are the placement in memory slices.
+	Start int `json:"start"`
+	Size  int `json:"size"`
+	// GIID and CIID are the GPU and compute instance IDs.
+	GIID int `json:"giID"`
+	CIID int `json:"ciID"`
+	// Dynamic is set when the plugin creates the device at prepare and
+	// destroys it at unprepare.
+	Dynamic bool `json:"dynamic,omitempty"`
 }

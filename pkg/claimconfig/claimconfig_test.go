@@ -198,11 +198,10 @@ func TestResolveInvalidConfig(t *testing.T) {
 	}{
 		{
 			name:   "invalid value in a claim config",
-			config: fromClaim(`{"apiVersion":"resource.gpudra.io/v1alpha1","kind":"GpuClaimParameters","sharing":{"strategy":"MPS"}}`, "train"),
+			config: fromClaim(`{"apiVersion":"resource.gpudra.io/v1alpha1","kind":"GpuClaimParameters","sharing":{"strategy":"MPSX"}}`, "train"),
 			want: `ResourceClaim ml/train-gpus: opaque parameters in status.allocation.devices.config[1] ` +
 				`(source FromClaim, applies to request "train"): invalid GpuClaimParameters: sharing.strategy: ` +
-				`Invalid value: "MPS": MPS sharing is not supported yet by resource.gpudra.io/v1alpha1 ` +
-				`GpuClaimParameters; supported values: "Exclusive", "TimeSlicing"`,
+				`Unsupported value: "MPSX": supported values: "Exclusive", "TimeSlicing", "MPS"`,
 		},
 		{
 			name:   "unknown field in a class config",

@@ -101,6 +101,10 @@ func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhoo
 	if err != nil {
 		return err
 	}
+	reconciles, err := deviceclass.NewMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
 
 	live := []endpoints.Check{{Name: "ping", Fn: func(*http.Request) error { return nil }}}
 	ready := []endpoints.Check{endpoints.BoolCheck("certificate", holder.Ready,
@@ -144,7 +148,7 @@ func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhoo
 	leaderWork := func(ctx context.Context) {
 		isLeader.Set(1)
 		defer isLeader.Set(0)
-		runLeaderWork(ctx, opts, client, holder, recorder)
+		runLeaderWork(ctx, opts, client, holder, recorder, reconciles)
 	}
 	if opts.LeaderElect {
 		g.Go("leader election", func(ctx context.Context) error { return runElected(ctx, client, opts, watchdog, leaderWork) })
@@ -156,7 +160,8 @@ func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhoo
 
 // runLeaderWork runs the DeviceClass controller and the self-managed
 // certificate rotation until ctx is done.
-func runLeaderWork(ctx context.Context, opts *Options, client kubernetes.Interface, holder *certs.Holder, recorder events.EventRecorder) {
+func runLeaderWork(ctx context.Context, opts *Options, client kubernetes.Interface, holder *certs.Holder, recorder events.EventRecorder,
+	metrics *deviceclass.Metrics) {
 	logger := klog.FromContext(ctx)
 	var wg sync.WaitGroup
 	if opts.CertMode == CertModeSelfManaged {
@@ -175,7 +180,7 @@ func runLeaderWork(ctx context.Context, opts *Options, client kubernetes.Interfa
 	if opts.ManageDeviceClasses {
 		factory := informers.NewSharedInformerFactory(client, 0)
 		ctrl, err := deviceclass.New(client, factory, recorder, deviceclass.Options{
-			PerModelClasses: opts.PerModelClasses, ExtendedResourceName: opts.ExtendedResourceName})
+			PerModelClasses: opts.PerModelClasses, ExtendedResourceName: opts.ExtendedResourceName, Metrics: metrics})
 		if err != nil {
 			logger.Error(err, "Cannot set up the DeviceClass controller")
 		} else {

@@ -31,6 +31,8 @@ type Options struct {
 	ExtendedResourceName string
 	// Workers syncing classes in parallel; 2 when zero.
 	Workers int
+	// Metrics records reconciles; nil records nothing.
+	Metrics *Metrics
 }
 
 // Controller keeps the base DeviceClasses and, optionally, one class per GPU
@@ -172,7 +174,10 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(name)
 	logger := klog.FromContext(ctx).WithValues("deviceClass", name)
-	if err := c.sync(klog.NewContext(ctx, logger), name); err != nil {
+	start := time.Now()
+	err := c.sync(klog.NewContext(ctx, logger), name)
+	c.opts.Metrics.observe(start, err)
+	if err != nil {
 		logger.Error(err, "DeviceClass sync failed; retrying", "attempts", c.queue.NumRequeues(name)+1)
 		c.queue.AddRateLimited(name)
 		return true

@@ -13,6 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/model"
 )
 
@@ -53,6 +54,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		return nil, nvmlError("get device count", ret)
 	}
 	resolver, _ := lib.(PCIeRootResolver)
+	handles := make([]nvml.Device, 0, count)
 	for i := 0; i < count; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
@@ -66,7 +68,9 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		logger.V(4).Info("Discovered GPU", "index", gpu.Index, "minor", gpu.Minor, "uuid", gpu.UUID,
 			"product", gpu.ProductName, "pciBusID", gpu.PCIBusID, "pcieRoot", gpu.PCIeRoot, "migEnabled", gpu.MIGEnabled)
 		node.GPUs = append(node.GPUs, gpu)
+		handles = append(handles, dev)
 	}
+	nvlinkDomains(ctx, handles, node.GPUs)
 	return node, nil
 }
 
@@ -122,6 +126,18 @@ func describe(dev nvml.Device, index int) (model.GPU, error) {
 	case nvml.ERROR_NOT_SUPPORTED:
 	default:
 		return gpu, nvmlError("get MIG mode", ret)
+	}
+	if gpu.MIGCapable {
+		geo, err := mig.Geometry(dev, gpu.MemoryBytes)
+		if err != nil {
+			return gpu, err
+		}
+		gpu.MIG = geo
+		if gpu.MIGEnabled {
+			if gpu.MIGDevices, err = mig.Devices(dev, geo); err != nil {
+				return gpu, err
+			}
+		}
 	}
 	return gpu, nil
 }

@@ -16,6 +16,7 @@ const (
 	PrepareStarted      = "prepare/PrepareStarted"
 	PrepareCDIWritten   = "prepare/CDIWritten"
 	PrepareCompleted    = "prepare/PrepareCompleted"
+	PrepareMIGCreated   = "prepare/MIGCreated"
 	UnprepareCDIRemoved = "unprepare/CDIRemoved"
 )
 

@@ -33,6 +33,16 @@ type GPU struct {
 	MIGCapable bool `json:"migCapable"`
 	// MIGEnabled reports whether MIG mode is currently enabled.
 	MIGEnabled bool `json:"migEnabled"`
+	// NVLinkDomain names the group of GPUs of this node that are fully
+	// connected by NVLink (directly or through NVSwitch) with this one: the
+	// UUID of the group's first GPU. Empty when the GPU has no NVLink peer.
+	NVLinkDomain string `json:"nvlinkDomain,omitempty"`
+	// MIG is the MIG geometry of a MIG-capable GPU; nil otherwise.
+	MIG *MIGGeometry `json:"mig,omitempty"`
+	// MIGDevices are the MIG devices that exist (MIG mode enabled).
+	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+	// Partitioning is how the plugin publishes the GPU (see pkg/mig.Apply).
+	Partitioning Partitioning `json:"partitioning,omitempty"`
 }
 
 // Node holds node-wide facts and the GPUs of one node.

@@ -27,6 +27,11 @@ type Options struct {
 	// NodeName seeds the simulated UUIDs so that they are stable per node.
 	// When empty the host name is used.
 	NodeName string
+	// SimStateFile, in simulation, keeps the simulated GPUs' MIG state
+	// across restarts of the process (see sim.Server.PersistTo).
+	SimStateFile string
+	// SimStateReadOnly reads SimStateFile but never writes it (inspect).
+	SimStateReadOnly bool
 }
 
 // New returns an initialized NVML library; the caller must call Shutdown
@@ -50,6 +55,16 @@ func newSimulated(opts Options) (nvml.Interface, error) {
 		}
 	}
 	s := sim.NewServer(p, node)
+	switch {
+	case opts.SimStateFile != "" && opts.SimStateReadOnly:
+		if err := s.RestoreFrom(opts.SimStateFile); err != nil {
+			return nil, err
+		}
+	case opts.SimStateFile != "":
+		if err := s.PersistTo(opts.SimStateFile); err != nil {
+			return nil, err
+		}
+	}
 	if ret := s.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("initializing simulated NVML for profile %q: %w", p.Name, ret)
 	}

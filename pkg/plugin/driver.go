@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/prepare"
 	"github.com/gpudra/gpudra/pkg/slice"
 )
@@ -28,18 +29,27 @@ import (
 type Driver struct {
 	manager *prepare.Manager
 	cancel  context.CancelCauseFunc
+	// health, status and events are optional (nil: off); see health.go,
+	// claimstatus.go, events.go.
+	health *healthService
+	status *claimStatus
+	events *eventSink
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	return d.manager.PrepareClaims(ctx, claims), nil
+	results := d.manager.PrepareClaims(ctx, claims)
+	d.afterPrepare(claims, results)
+	return results, nil
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	return d.manager.UnprepareClaims(ctx, claims), nil
+	results := d.manager.UnprepareClaims(ctx, claims)
+	d.afterUnprepare(claims, results)
+	return results, nil
 }
 
 // HandleError implements kubeletplugin.DRAPlugin: background errors (e.g.
@@ -49,12 +59,6 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.cancel != nil {
 		d.cancel(fmt.Errorf("fatal background error: %s: %w", msg, err))
 	}
-}
-
-// WatchHealthStatus implements kubeletplugin.DRAPlugin. Health reporting is
-// not implemented yet; the health service is switched off in Run.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
 }
 
 // Run starts the plugin and blocks until ctx is done or a fatal error occurs.
@@ -126,13 +130,20 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
+	if err := gpus.EnableMIG(o, writer); err != nil {
+		return nil, err
+	}
 	store, err := checkpoint.Open(checkpoint.Options{Dir: o.CheckpointDir(), SyncDir: o.CheckpointSyncDir})
+	if err != nil {
+		return nil, err
+	}
+	slicer, mps, err := o.sharingTools(ctx)
 	if err != nil {
 		return nil, err
 	}
 	manager, err := prepare.New(prepare.Config{
 		DriverName: o.DriverName, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
-		LockDir: filepath.Join(o.PluginDataDir(), "locks"),
+		LockDir: filepath.Join(o.PluginDataDir(), "locks"), MIG: mig.NewManager(gpus.Lib), TimeSlicer: slicer, MPS: mps,
 	})
 	if err != nil {
 		return nil, err
@@ -140,17 +151,24 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if _, err := manager.Recover(ctx); err != nil {
 		return nil, err
 	}
+	pub := &publisher{}
+	hs, err := newHealthService(ctx, o, gpus, pub)
+	if err != nil {
+		return nil, err
+	}
 	var metricsAddr net.Addr
 	if o.MetricsAddress != "" {
-		if metricsAddr, err = serveMetrics(ctx, o, manager); err != nil {
+		if metricsAddr, err = serveMetrics(ctx, o, manager, hs); err != nil {
 			return nil, err
 		}
 	}
-	resources, err := slice.Resources(o.NodeName, gpus.Node, slice.Options{MaxDevicesPerSlice: o.MaxDevicesPerSlice})
+	resources, err := slice.Resources(o.NodeName, gpus.Node, o.sliceOptions())
 	if err != nil {
 		return nil, fmt.Errorf("build ResourceSlice: %w", err)
 	}
-	driver := &Driver{manager: manager, cancel: fatal}
+	driver := &Driver{manager: manager, cancel: fatal, health: hs, events: newEventSink(ctx, client, o, store),
+		status: newClaimStatus(client, o, store, pub)}
+	_ = pub.SetBase(ctx, resources) // no helper yet: only recorded
 	fetcher := &claimFetcher{client: client} // see claimfetch.go
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(o.DriverName),
@@ -163,7 +181,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		kubeletplugin.PluginListener(privateSocket),
 		// Claims on different GPUs prepare in parallel; the manager locks per device.
 		kubeletplugin.Serialize(false),
-		kubeletplugin.HealthService(false),
+		kubeletplugin.HealthService(hs != nil),
 	}
 	if o.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
@@ -172,13 +190,14 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, fmt.Errorf("start kubelet plugin: %w", err)
 	}
-	if err := publishFirst(ctx, client, o.DriverName, o.NodeName, resources); err != nil {
+	if err := publishFirst(ctx, client, o.DriverName, o.NodeName, pub.Desired()); err != nil {
 		logger.Error(err, "Could not publish the first ResourceSlice directly; the ResourceSlice controller will")
 	}
-	if err := helper.PublishResources(ctx, resources); err != nil {
+	if err := pub.Attach(ctx, helper); err != nil {
 		helper.Stop()
 		return nil, fmt.Errorf("publish ResourceSlices: %w", err)
 	}
+	driver.startBackground(ctx, o, gpus)
 	logger.Info("gpu-kubelet-plugin running", "node", o.NodeName, "driver", o.DriverName, "gpus", len(gpus.Node.GPUs),
 		"cdiRoot", o.CDIRoot, "dataDir", o.PluginDataDir())
 	return &Plugin{Helper: helper, Manager: manager, MetricsAddr: metricsAddr, gpus: gpus}, nil

@@ -40,7 +40,9 @@ import (
 // updates them or replaces them with a newer pool generation, which the
 // scheduler prefers — the worst case is one extra write, never a wrong
 // device. Nothing is created when the node already has slices of the driver
-// (a restart), so the controller alone handles every update.
+// (a restart), so the controller alone handles every update. The plugin
+// passes the publisher's resources, health taints included, so a GPU found
+// broken at start-up is tainted in the very first slice too.
 func publishFirst(ctx context.Context, client kubernetes.Interface, driverName, nodeName string, resources resourceslice.DriverResources) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -92,4 +94,12 @@ func firstSlices(driverName, nodeName string, nodeUID types.UID, resources resou
 		out = append(out, s)
 	}
 	return out
+}
+
+// Desired is what the publisher would publish now: the base devices with
+// the current health taints (for publishFirst).
+func (p *publisher) Desired() resourceslice.DriverResources {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.desiredLocked()
 }

@@ -25,12 +25,13 @@ func Inspect(ctx context.Context, o *Options) (*Inspection, error) {
 	if o.NodeName == "" {
 		o.NodeName = "localhost"
 	}
+	o.inspectOnly = true
 	gpus, err := OpenNode(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer gpus.Close()
-	res, err := slice.Resources(o.NodeName, gpus.Node, slice.Options{MaxDevicesPerSlice: o.MaxDevicesPerSlice})
+	res, err := slice.Resources(o.NodeName, gpus.Node, o.sliceOptions())
 	if err != nil {
 		return nil, err
 	}

@@ -13,17 +13,25 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/pkg/endpoints"
+	"github.com/gpudra/gpudra/pkg/health"
 	"github.com/gpudra/gpudra/pkg/prepare"
 )
 
 // serveMetrics registers the plugin's metrics and serves them with the
 // health endpoints until ctx is done. Ready means the kubelet's socket for
 // this plugin exists (the helper creates it when it starts serving).
-func serveMetrics(ctx context.Context, o *Options, m *prepare.Manager) (net.Addr, error) {
+func serveMetrics(ctx context.Context, o *Options, m *prepare.Manager, hs *healthService) (net.Addr, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if _, err := prepare.NewMetrics(reg, m); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	if hs != nil {
+		hm, err := health.NewMetrics(reg)
+		if err != nil {
+			return nil, fmt.Errorf("register health metrics: %w", err)
+		}
+		hs.setMetrics(hm)
 	}
 	socket := filepath.Join(o.PluginDataDir(), "dra.sock")
 	ready := endpoints.Check{Name: "dra-socket", Fn: func(*http.Request) error {

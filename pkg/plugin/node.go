@@ -3,12 +3,14 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/discovery"
+	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/model"
 	"github.com/gpudra/gpudra/pkg/nvmllib"
 )
@@ -23,10 +25,12 @@ type GPUNode struct {
 // Close it with Close.
 func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
 	lib, err := nvmllib.New(nvmllib.Options{
-		DriverRoot:  o.NvidiaDriverRoot,
-		Simulate:    o.Simulate,
-		ProfileDirs: o.ProfileDirs,
-		NodeName:    o.NodeName,
+		DriverRoot:       o.NvidiaDriverRoot,
+		Simulate:         o.Simulate,
+		ProfileDirs:      o.ProfileDirs,
+		NodeName:         o.NodeName,
+		SimStateFile:     o.simStateFile(),
+		SimStateReadOnly: o.inspectOnly,
 	})
 	if err != nil {
 		return nil, err
@@ -36,7 +40,14 @@ func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
 		_ = lib.Shutdown() // already failing; the discovery error is the one to report
 		return nil, fmt.Errorf("discover GPUs: %w", err)
 	}
-	klog.FromContext(ctx).Info("Discovered GPUs", "count", len(node.GPUs), "driverVersion", node.DriverVersion,
+	mode, err := mig.ParseMode(o.MIG)
+	if err != nil {
+		_ = lib.Shutdown()
+		return nil, err
+	}
+	mig.Apply(node, mode)
+	mig.RestrictProfiles(ctx, node, o.MIGProfiles)
+	klog.FromContext(ctx).Info("Discovered GPUs", "mig", mode, "count", len(node.GPUs), "driverVersion", node.DriverVersion,
 		"cudaDriverVersion", node.CUDADriverVersion, "simulated", o.Simulate != "")
 	return &GPUNode{Lib: lib, Node: node}, nil
 }
@@ -60,4 +71,35 @@ func (n *GPUNode) Edits(o *Options) (*cdi.CachedEdits, error) {
 		p = real
 	}
 	return cdi.NewCachedEdits(p, n.Node.GPUs)
+}
+
+// simStateFile is where the simulated MIG state lives: the flag, or by
+// default in the plugin's directory (not for inspect, which only reads).
+func (o *Options) simStateFile() string {
+	if o.SimStateFile != "" || o.inspectOnly || o.Simulate == "" {
+		return o.SimStateFile
+	}
+	return filepath.Join(o.PluginDataDir(), "simulated-nvml.json")
+}
+
+// EnableMIG lets the CDI writer describe MIG devices when the node publishes
+// any: simulated capability nodes, or the driver's table on a real node.
+func (n *GPUNode) EnableMIG(o *Options, w *cdi.Writer) error {
+	needed := false
+	for _, g := range n.Node.GPUs {
+		needed = needed || g.Partitioning != model.WholeGPU
+	}
+	switch {
+	case !needed:
+		return nil
+	case o.Simulate != "":
+		w.SetMIGCaps(cdi.SimulatedMIGCaps{})
+		return nil
+	}
+	caps, err := cdi.NewProcMIGCaps("/proc")
+	if err != nil {
+		return fmt.Errorf("MIG devices are published but their capability device nodes are unknown: %w", err)
+	}
+	w.SetMIGCaps(caps)
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/mig"
 )
 
 // Options are the plugin's settings. Every flag has an environment variable
@@ -35,6 +36,20 @@ type Options struct {
 	CheckpointSyncDir   bool
 	MetricsAddress      string
 	MaxDevicesPerSlice  int
+	// MIG is the --mig mode: off, static or dynamic (see pkg/mig).
+	MIG string
+	// MIGProfiles limits the profiles dynamic MIG publishes (--mig-profiles).
+	MIGProfiles []string
+	// SimStateFile keeps the simulated MIG state (simulation only).
+	SimStateFile string
+	// inspectOnly: the inspect command, which never changes NVML state.
+	inspectOnly bool
+	// Sharing: see sharing.go.
+	GPUSharing     string
+	NvidiaSMIPath  string
+	MPSControlPath string
+	MPSRoot        string
+	Health         HealthOptions
 }
 
 // Discovery holds the flags inspect and the plugin share.
@@ -48,10 +63,23 @@ func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.ProfileDirs, "profile-dir", envList("GPUDRA_PROFILE_DIRS"),
 		"Directories with additional simulation profiles (<name>.yaml). [$GPUDRA_PROFILE_DIRS, comma-separated]")
 	fs.IntVar(&o.MaxDevicesPerSlice, "max-devices-per-slice", 128, "Split the pool into ResourceSlices of at most this many devices (API maximum 128).")
+	fs.StringVar(&o.MIG, "mig", env("GPUDRA_MIG", "static"),
+		"MIG handling: static (GPUs in MIG mode publish their existing MIG devices; the plugin never changes MIG configuration), "+
+			"dynamic (MIG-capable GPUs publish the whole GPU and every MIG placement; MIG devices are created at prepare and destroyed at unprepare), "+
+			"or off (every GPU whole). GPUs without MIG are always published whole. [$GPUDRA_MIG]")
+	fs.StringSliceVar(&o.MIGProfiles, "mig-profiles", envList("GPUDRA_MIG_PROFILES"),
+		"With --mig=dynamic: publish only these MIG profiles (e.g. 1g.10gb,3g.40gb; default all). Fewer devices per GPU make scheduling "+
+			"on the node cheaper; the GPU's MIG counters are unchanged. [$GPUDRA_MIG_PROFILES, comma-separated]")
+	fs.StringVar(&o.SimStateFile, "sim-state-file", env("GPUDRA_SIM_STATE_FILE", ""),
+		"With --simulate: file that keeps the simulated GPUs' MIG state across restarts (default for the plugin: <plugin dir>/simulated-nvml.json; inspect reads it to show a running plugin's MIG devices). [$GPUDRA_SIM_STATE_FILE]")
+	o.addGPUSharingFlag(fs)
 }
 
 // AddInspectFlags registers the flags the inspect command needs.
-func (o *Options) AddInspectFlags(fs *pflag.FlagSet) { o.addDiscoveryFlags(fs) }
+func (o *Options) AddInspectFlags(fs *pflag.FlagSet) {
+	o.inspectOnly = true
+	o.addDiscoveryFlags(fs)
+}
 
 // AddFlags registers all plugin flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
@@ -71,8 +99,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Host path of nvidia-cdi-hook for the generated CDI hooks (real GPUs only). [$NVIDIA_CDI_HOOK_PATH]")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", env("METRICS_ADDRESS", ""),
 		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables. [$METRICS_ADDRESS]")
+	o.addHealthFlags(fs)
 	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
 		"Also fsync the checkpoint directory after each record write. Record contents are always fsynced before the rename; a rename lost to a power failure only matters within a boot, and records of an earlier boot are discarded anyway.")
+	o.addSharingToolFlags(fs)
 }
 
 // PluginDataDir is where the socket and checkpoint of the driver live.
@@ -89,7 +119,15 @@ func (o *Options) Validate() error {
 	if o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128 {
 		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)
 	}
-	return nil
+	mode, err := mig.ParseMode(o.MIG)
+	if err != nil {
+		return err
+	}
+	if mode == mig.ModeDynamic && o.GPUSharing == SharingConsumable {
+		return fmt.Errorf("--gpu-sharing=%s cannot be combined with --mig=%s: a GPU published for dynamic MIG consumes all its MIG counters "+
+			"with every allocation, so it could not be shared; use --mig=static or --mig=off on nodes with consumable shares", SharingConsumable, mode)
+	}
+	return o.validateSharing()
 }
 
 func env(name, def string) string {

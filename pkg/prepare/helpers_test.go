@@ -2,6 +2,11 @@ package prepare
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,9 +17,11 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/pkg/sharing"
 )
 
 const (
@@ -31,6 +38,8 @@ type env struct {
 	cdiDir  string
 	lockDir string
 	bootID  string
+	slicer  *recordingSlicer
+	mpsRoot string
 }
 
 func newEnv(t testing.TB, gpus int) *env {
@@ -61,7 +70,16 @@ func (e *env) tryManager() (*Manager, RecoverReport, error) {
 	require.NoError(e.t, err)
 	w, err := cdi.NewWriter(e.cdiDir, edits)
 	require.NoError(e.t, err)
-	m, err := New(Config{DriverName: testDriver, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir})
+	if e.slicer == nil {
+		e.slicer = &recordingSlicer{set: map[string]v1alpha1.TimeSliceInterval{}}
+	}
+	if e.mpsRoot == "" {
+		e.mpsRoot = e.t.TempDir()
+	}
+	mps, err := sharing.NewMPSControl(sharing.MPSOptions{ControlPath: fakeMPSControl(e.t), Root: e.mpsRoot})
+	require.NoError(e.t, err)
+	m, err := New(Config{DriverName: testDriver, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir,
+		TimeSlicer: e.slicer, MPS: mps})
 	require.NoError(e.t, err)
 	rep, err := m.Recover(ctx(e.t))
 	return m, rep, err
@@ -134,4 +152,54 @@ func (m *Manager) holders(device string) []string {
 		return nil
 	}
 	return uids
+}
+
+// recordingSlicer is a TimeSlicer that remembers the last interval per GPU.
+type recordingSlicer struct {
+	mu    sync.Mutex
+	set   map[string]v1alpha1.TimeSliceInterval
+	calls int
+	fail  error
+}
+
+func (r *recordingSlicer) SetTimeSlice(_ context.Context, uuid string, i v1alpha1.TimeSliceInterval) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail != nil {
+		return r.fail
+	}
+	r.calls++
+	r.set[uuid] = i
+	return nil
+}
+
+func (r *recordingSlicer) get(uuid string) v1alpha1.TimeSliceInterval {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.set[uuid]
+}
+
+var (
+	fakeMPSOnce sync.Once
+	fakeMPSPath string
+	fakeMPSErr  error
+)
+
+// fakeMPSControl builds test/cmd/gpudra-fake-mps-control once per test
+// binary: the MPS code paths run a real process, as on a node.
+func fakeMPSControl(t testing.TB) string {
+	fakeMPSOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gpudra-fake-mps-")
+		if err != nil {
+			fakeMPSErr = err
+			return
+		}
+		fakeMPSPath = filepath.Join(dir, "gpudra-fake-mps-control")
+		out, err := exec.Command("go", "build", "-o", fakeMPSPath, "github.com/gpudra/gpudra/test/cmd/gpudra-fake-mps-control").CombinedOutput()
+		if err != nil {
+			fakeMPSErr = fmt.Errorf("build fake MPS control: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, fakeMPSErr)
+	return fakeMPSPath
 }

@@ -24,7 +24,9 @@ import (
 
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/pkg/sharing"
 )
 
 // Config wires a Manager.
@@ -38,6 +40,13 @@ type Config struct {
 	// LockDir holds the per-device lock files; every plugin process of the
 	// node must use the same directory (e.g. <plugin data dir>/locks).
 	LockDir string
+	// MIG creates and destroys dynamic MIG devices; needed when a GPU of
+	// Node is dynamically partitioned.
+	MIG *mig.Manager
+	// TimeSlicer sets GPU time slices; nil refuses time-sliced claims.
+	TimeSlicer sharing.TimeSlicer
+	// MPS runs the MPS control daemons; nil refuses MPS claims and shares.
+	MPS *sharing.MPSControl
 }
 
 // Manager prepares and unprepares claims. It keeps no state between calls
@@ -46,6 +55,7 @@ type Config struct {
 type Manager struct {
 	cfg   Config
 	gpus  map[string]*model.GPU // by device name; fixed at start
+	migs  map[string]migTarget  // published MIG devices by name; fixed at start
 	locks *deviceLocks
 	// metrics is set by NewMetrics before serving; nil records nothing.
 	metrics *Metrics
@@ -53,12 +63,15 @@ type Manager struct {
 
 // New creates a Manager. Call Recover before serving requests.
 func New(cfg Config) (*Manager, error) {
-	m := &Manager{cfg: cfg, gpus: make(map[string]*model.GPU, len(cfg.Node.GPUs))}
+	m := &Manager{cfg: cfg, gpus: make(map[string]*model.GPU, len(cfg.Node.GPUs)), migs: indexMIG(cfg.Node)}
 	names := make([]string, 0, len(cfg.Node.GPUs))
 	for i := range cfg.Node.GPUs {
 		g := &cfg.Node.GPUs[i]
 		m.gpus[g.DeviceName()] = g
 		names = append(names, g.DeviceName())
+	}
+	if len(m.migs) > 0 && cfg.MIG == nil {
+		return nil, fmt.Errorf("the node publishes MIG devices but the prepare manager has no MIG manager")
 	}
 	locks, err := newDeviceLocks(cfg.LockDir, names)
 	if err != nil {
@@ -130,7 +143,7 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 		// the spec is idempotent and cheap, so make sure none is left.
 		return m.cfg.CDI.RemoveClaim(uid)
 	}
-	unlock, err := m.locks.lock(recordDeviceNames(seen))
+	unlock, err := m.locks.lock(lockNames(seen.Devices))
 	if err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}
@@ -148,6 +161,12 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 		return tag(errCDI, err)
 	}
 	after(phaseUnprepareCDIRemoved)
+	if err := m.releaseSharing(ctx, rec); err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+	}
+	if err := m.unprepareMIG(rec); err != nil {
+		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+	}
 	if err := m.forget(rec); err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}

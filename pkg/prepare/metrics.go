@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/sharing"
 )
 
 // Metric names, documented in the README.
@@ -106,7 +107,7 @@ func Reason(err error) string {
 	switch {
 	case errors.Is(err, ErrConflict):
 		return ReasonConflict
-	case errors.As(err, &decodeErr):
+	case errors.As(err, &decodeErr), errors.Is(err, sharing.ErrUnenforceable):
 		return ReasonInvalidConfig
 	case errors.Is(err, ErrUnknownDevice):
 		return ReasonUnknownDevice

@@ -12,6 +12,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/sharing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 )
 
@@ -23,6 +24,7 @@ func TestReason(t *testing.T) {
 	}{
 		{fmt.Errorf("x: %w", ErrConflict), ReasonConflict},
 		{fmt.Errorf("claim: %w", decodeErr), ReasonInvalidConfig},
+		{fmt.Errorf("claim: %w: MPS limit above the share", sharing.ErrUnenforceable), ReasonInvalidConfig},
 		{fmt.Errorf("x: %w", ErrUnknownDevice), ReasonUnknownDevice},
 		{tag(errCheckpoint, errors.New("disk full")), ReasonCheckpoint},
 		{fmt.Errorf("wrapped: %w", tag(errCDI, errors.New("bad spec"))), ReasonCDI},

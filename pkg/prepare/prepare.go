@@ -72,7 +72,7 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	for i, p := range plan {
 		names[i] = p.record.Name
 	}
-	unlock, err := m.locks.lock(names)
+	unlock, err := m.locks.lock(lockNames(plannedRecords(plan)))
 	if err != nil {
 		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
 	}
@@ -95,10 +95,16 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 		if err := m.dropHoldersOutside(rec, names); err != nil {
 			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
 		}
+		if err := m.teardownMIG(rec); err != nil {
+			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+		}
 	}
 
 	for _, p := range plan {
 		other, busy, err := m.conflict(p.record.Name, uid, p.access)
+		if err == nil && !busy {
+			other, busy, err = m.parentConflict(p, uid)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
 		}
@@ -125,7 +131,19 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	after(phaseStarted)
 	// From here on the checkpoint says a prepare is under way: a crash is
 	// rolled back or completed by Recover; a failure is rolled back now.
-	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(plan))
+	if err := m.realizeMIG(ctx, rec); err != nil {
+		m.rollback(ctx, rec)
+		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+	}
+	for i := range plan {
+		plan[i].record = rec.Devices[i]
+	}
+	// Sharing comes after MIG: it applies to the MIG device's UUID.
+	if err := m.applySharing(ctx, rec, plan); err != nil {
+		m.rollback(ctx, rec)
+		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+	}
+	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(plan, rec.MPS))
 	if err != nil {
 		m.rollback(ctx, rec)
 		return nil, fmt.Errorf("prepare claim %s: %w", ref, tag(errCDI, err))
@@ -149,26 +167,37 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 func (m *Manager) plan(uid string, configs []claimconfig.DeviceConfig) ([]planned, error) {
 	plan := make([]planned, 0, len(configs))
 	for _, c := range configs {
+		admin := c.Result.AdminAccess != nil && *c.Result.AdminAccess
 		gpu, ok := m.gpus[c.Result.Device]
-		if !ok {
-			return nil, fmt.Errorf("allocated device %q is not a GPU of node %s: %w", c.Result.Device, m.cfg.PoolName, ErrUnknownDevice)
+		uuid := ""
+		var migRec *checkpoint.MIG
+		if ok && gpu.PublishesWhole() {
+			uuid = gpu.UUID
+		} else {
+			var err error
+			if migRec, uuid, err = m.migRecord(c.Result.Device, admin); err != nil {
+				return nil, err
+			}
 		}
 		raw, err := v1alpha1.Encode(c.Config)
 		if err != nil {
-			return nil, fmt.Errorf("encode config of device %s: %w", gpu.DeviceName(), err)
+			return nil, fmt.Errorf("encode config of device %s: %w", c.Result.Device, err)
 		}
 		d := checkpoint.Device{
 			Pool:     c.Result.Pool,
 			Name:     c.Result.Device,
 			Requests: []string{c.Result.Request},
-			UUID:     gpu.UUID,
+			UUID:     uuid,
 			Config:   raw,
+			MIG:      migRec,
 		}
 		if c.Result.ShareID != nil {
 			d.ShareID = string(*c.Result.ShareID)
 		}
-		d.AdminAccess = c.Result.AdminAccess != nil && *c.Result.AdminAccess
-		plan = append(plan, planned{cfg: c, record: d, access: accessOf(d)})
+		d.AdminAccess = admin
+		p := planned{cfg: c, record: d, access: accessOf(d)}
+		p.record.ConsumedMemory = consumedMemory(&p)
+		plan = append(plan, p)
 	}
 	return mergeDuplicates(plan), nil
 }
@@ -192,31 +221,41 @@ func mergeDuplicates(plan []planned) []planned {
 
 // cdiDevices lists, per device, the GPUs of the same request(s): that is what
 // NVIDIA_VISIBLE_DEVICES shows a container that uses those requests.
-func (m *Manager) cdiDevices(plan []planned) []cdi.ClaimDevice {
+func (m *Manager) cdiDevices(plan []planned, mps *checkpoint.MPSDaemon) []cdi.ClaimDevice {
+	byRequest := visibleByRequest(plan)
+	out := make([]cdi.ClaimDevice, 0, len(plan))
+	for _, p := range plan {
+		out = append(out, withSharingEdits(cdi.ClaimDevice{
+			DeviceName:   p.record.Name,
+			GPU:          m.gpuOf(p.record),
+			MIG:          migInstance(p.record),
+			VisibleUUIDs: visibleUUIDs(p, byRequest),
+			Env:          sharingEnv(p.cfg.Config),
+		}, p.record.UUID, mps))
+	}
+	return out
+}
+
+func visibleByRequest(plan []planned) map[string][]string {
 	byRequest := map[string][]string{}
 	for _, p := range plan {
 		for _, r := range p.record.Requests {
 			byRequest[r] = append(byRequest[r], p.record.UUID)
 		}
 	}
-	out := make([]cdi.ClaimDevice, 0, len(plan))
-	for _, p := range plan {
-		var visible []string
-		for _, r := range p.record.Requests {
-			for _, u := range byRequest[r] {
-				if !slices.Contains(visible, u) {
-					visible = append(visible, u)
-				}
+	return byRequest
+}
+
+func visibleUUIDs(p planned, byRequest map[string][]string) []string {
+	var visible []string
+	for _, r := range p.record.Requests {
+		for _, u := range byRequest[r] {
+			if !slices.Contains(visible, u) {
+				visible = append(visible, u)
 			}
 		}
-		out = append(out, cdi.ClaimDevice{
-			DeviceName:   p.record.Name,
-			GPU:          m.gpus[p.record.Name],
-			VisibleUUIDs: visible,
-			Env:          sharingEnv(p.cfg.Config),
-		})
 	}
-	return out
+	return visible
 }
 
 // sharingEnv tells the workload how its GPU is shared.
@@ -238,6 +277,15 @@ func (m *Manager) rollback(ctx context.Context, rec *checkpoint.ClaimRecord) {
 		logger.Error(err, "Rollback: removing CDI spec failed; it will be retried at restart", "claimUID", rec.UID)
 		return
 	}
+	// Sharing first: an MPS daemon may still use a MIG device.
+	if err := m.releaseSharing(ctx, rec); err != nil {
+		logger.Error(err, "Rollback: undoing the GPU sharing setup failed; it will be retried at restart", "claimUID", rec.UID)
+		return
+	}
+	if err := m.teardownMIG(rec); err != nil {
+		logger.Error(err, "Rollback: destroying MIG devices failed; they will be destroyed at restart", "claimUID", rec.UID)
+		return
+	}
 	if err := m.forget(rec); err != nil {
 		logger.Error(err, "Rollback: removing checkpoint failed; it will be retried at restart", "claimUID", rec.UID)
 	}
@@ -248,7 +296,8 @@ func sameDevices(rec *checkpoint.ClaimRecord, plan []planned) bool {
 		return false
 	}
 	for i := range plan {
-		if rec.Devices[i].Name != plan[i].record.Name || rec.Devices[i].UUID != plan[i].record.UUID {
+		// A dynamic MIG device has no UUID before it is created.
+		if rec.Devices[i].Name != plan[i].record.Name || (plan[i].record.UUID != "" && rec.Devices[i].UUID != plan[i].record.UUID) {
 			return false
 		}
 	}
@@ -303,4 +352,12 @@ func accessOf(d checkpoint.Device) access {
 	default:
 		return exclusive
 	}
+}
+
+func plannedRecords(plan []planned) []checkpoint.Device {
+	out := make([]checkpoint.Device, len(plan))
+	for i, p := range plan {
+		out[i] = p.record
+	}
+	return out
 }

@@ -25,6 +25,10 @@ type RecoverReport struct {
 	OrphanSpecs int
 	// SpecsRewritten were missing for completed claims and written again.
 	SpecsRewritten int
+	// MIGDestroyed were dynamic MIG devices no completed claim accounts for.
+	MIGDestroyed int
+	// MIGRecreated were dynamic MIG devices of completed claims found missing.
+	MIGRecreated int
 }
 
 // ErrCorruptCheckpoint is returned by Recover when a checkpoint record cannot
@@ -70,11 +74,18 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 			return rep, err
 		}
 	}
+	if err := m.reconcileMIG(ctx, &rep); err != nil {
+		return rep, err
+	}
 	if err := m.removeOrphans(&rep); err != nil {
 		return rep, err
 	}
+	if err := m.removeMPSOrphans(ctx); err != nil {
+		return rep, err
+	}
 	logger.Info("Recovered prepared claims", "restored", rep.Restored, "rolledBack", rep.RolledBack,
-		"stale", rep.Stale, "orphanSpecs", rep.OrphanSpecs, "specsRewritten", rep.SpecsRewritten)
+		"stale", rep.Stale, "orphanSpecs", rep.OrphanSpecs, "specsRewritten", rep.SpecsRewritten,
+		"migDestroyed", rep.MIGDestroyed, "migRecreated", rep.MIGRecreated)
 	return rep, nil
 }
 
@@ -82,7 +93,7 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 // another plugin process (a rolling update) is preparing it right now, the
 // lock waits for that to finish, and the record is read again.
 func (m *Manager) recoverClaim(ctx context.Context, seen *checkpoint.ClaimRecord, rep *RecoverReport) error {
-	unlock, err := m.locks.lock(recordDeviceNames(seen))
+	unlock, err := m.locks.lock(lockNames(seen.Devices))
 	if err != nil {
 		return fmt.Errorf("claim %s/%s is prepared with a GPU this node no longer has: %w; "+
 			"a GPU changed under a running workload — drain the node, then remove %s",
@@ -97,13 +108,16 @@ func (m *Manager) recoverClaim(ctx context.Context, seen *checkpoint.ClaimRecord
 		return nil // unprepared meanwhile by another process
 	case rec.State != checkpoint.PrepareCompleted:
 		klog.FromContext(ctx).Info("Rolling back interrupted claim", "claim", rec.Namespace+"/"+rec.Name, "uid", rec.UID, "state", rec.State)
+		if err := m.releaseSharing(ctx, rec); err != nil {
+			return err
+		}
 		if err := m.discard(rec); err != nil {
 			return err
 		}
 		rep.RolledBack++
 		return nil
 	default:
-		if err := m.restore(rec, rep); err != nil {
+		if err := m.restore(ctx, rec, rep); err != nil {
 			return err
 		}
 		rep.Restored++
@@ -162,12 +176,11 @@ func (m *Manager) discard(rec *checkpoint.ClaimRecord) error {
 
 // restore re-registers a completed claim's devices and makes sure its spec
 // exists, so containers that restart still find their devices.
-func (m *Manager) restore(rec *checkpoint.ClaimRecord, rep *RecoverReport) error {
+func (m *Manager) restore(ctx context.Context, rec *checkpoint.ClaimRecord, rep *RecoverReport) error {
 	ref := rec.Namespace + "/" + rec.Name
 	plan := make([]planned, 0, len(rec.Devices))
 	for _, d := range rec.Devices {
-		gpu, ok := m.gpus[d.Name]
-		if !ok || gpu.UUID != d.UUID {
+		if !m.hasDevice(d) {
 			return fmt.Errorf("claim %s is prepared with %s (%s), which this node no longer has; "+
 				"a GPU changed under a running workload — drain the node, then remove %s",
 				ref, d.Name, d.UUID, m.cfg.Checkpoints.Path(rec.UID))
@@ -181,11 +194,20 @@ func (m *Manager) restore(rec *checkpoint.ClaimRecord, rep *RecoverReport) error
 	if err := m.hold(rec); err != nil {
 		return err
 	}
+	changed, err := m.restoreSharing(ctx, rec, plan)
+	if err != nil {
+		return fmt.Errorf("restore GPU sharing of claim %s: %w", ref, err)
+	}
+	if changed {
+		if err := m.putRecord(rec, true); err != nil {
+			return fmt.Errorf("record the new MPS daemon of claim %s: %w", ref, err)
+		}
+	}
 	ok, err := m.cfg.CDI.HasClaim(rec.UID)
 	if err != nil || ok {
 		return err
 	}
-	if _, err := m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(plan)); err != nil {
+	if _, err := m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(plan, rec.MPS)); err != nil {
 		return fmt.Errorf("rewrite CDI spec of claim %s: %w", ref, err)
 	}
 	rep.SpecsRewritten++

@@ -30,6 +30,10 @@ const (
 	AttrIndex                 resourceapi.QualifiedName = "index"
 	AttrMinor                 resourceapi.QualifiedName = "minor"
 	AttrMIGCapable            resourceapi.QualifiedName = "migCapable"
+	// AttrNVLinkDomain is shared by the GPUs of a node that are fully
+	// connected by NVLink (model.GPU.NVLinkDomain); absent without NVLink.
+	// Use it in matchAttribute constraints to get NVLink-connected GPUs.
+	AttrNVLinkDomain resourceapi.QualifiedName = "nvlinkDomain"
 
 	CapacityMemory resourceapi.QualifiedName = "memory"
 
@@ -43,17 +47,33 @@ type Options struct {
 	// taints or counters lower the API limit to 64; callers that publish
 	// such devices pass that limit.
 	MaxDevicesPerSlice int
+	// ConsumableMemory publishes every GPU as shareable by memory (see
+	// WithConsumableMemory).
+	ConsumableMemory bool
 }
 
-// Devices converts every GPU of the node into a ResourceSlice device.
+// Devices converts every GPU of the node into ResourceSlice devices: the
+// GPU itself unless it is in static MIG mode, and its MIG devices (see
+// model.Partitioning).
 func Devices(node *model.Node) ([]resourceapi.Device, error) {
 	devices := make([]resourceapi.Device, 0, len(node.GPUs))
 	for i := range node.GPUs {
-		d, err := gpuDevice(node, &node.GPUs[i])
+		g := &node.GPUs[i]
+		if g.PublishesWhole() {
+			d, err := gpuDevice(node, g)
+			if err != nil {
+				return nil, err
+			}
+			if g.Partitioning == model.DynamicMIG {
+				d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: g.CounterSetName(), Counters: wholeCounters(g.MIG)}}
+			}
+			devices = append(devices, d)
+		}
+		migs, err := migDevices(node, g)
 		if err != nil {
 			return nil, err
 		}
-		devices = append(devices, d)
+		devices = append(devices, migs...)
 	}
 	return devices, nil
 }
@@ -67,16 +87,39 @@ func Resources(poolName string, node *model.Node, opts Options) (resourceslice.D
 	if err != nil {
 		return resourceslice.DriverResources{}, err
 	}
-	return Pack(poolName, devices, opts), nil
+	if opts.ConsumableMemory {
+		if err := WithConsumableMemory(devices); err != nil {
+			return resourceslice.DriverResources{}, err
+		}
+	}
+	return PackWithCounters(poolName, devices, counterSets(node), opts), nil
 }
 
 // Pack splits devices into slices of one pool.
 func Pack(poolName string, devices []resourceapi.Device, opts Options) resourceslice.DriverResources {
+	return PackWithCounters(poolName, devices, nil, opts)
+}
+
+// PackWithCounters splits devices and counter sets into slices of one pool,
+// as the API requires: a slice holds either devices or counter sets, at
+// most 8 counter sets, and at most 64 devices once any device consumes
+// counters.
+func PackWithCounters(poolName string, devices []resourceapi.Device, counters []resourceapi.CounterSet, opts Options) resourceslice.DriverResources {
 	max := opts.MaxDevicesPerSlice
 	if max <= 0 || max > resourceapi.ResourceSliceMaxDevices {
 		max = resourceapi.ResourceSliceMaxDevices
 	}
+	for _, d := range devices {
+		if len(d.ConsumesCounters) > 0 {
+			max = min(max, resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures)
+			break
+		}
+	}
 	var slices []resourceslice.Slice
+	for start := 0; start < len(counters); start += resourceapi.ResourceSliceMaxCounterSets {
+		end := min(start+resourceapi.ResourceSliceMaxCounterSets, len(counters))
+		slices = append(slices, resourceslice.Slice{SharedCounters: counters[start:end]})
+	}
 	for start := 0; start < len(devices); start += max {
 		end := min(start+max, len(devices))
 		slices = append(slices, resourceslice.Slice{Devices: devices[start:end]})
@@ -122,6 +165,9 @@ func gpuDevice(node *model.Node, gpu *model.GPU) (resourceapi.Device, error) {
 	}
 	if gpu.PCIeRoot != "" {
 		attrs[deviceattribute.StandardDeviceAttributePCIeRoot] = str(gpu.PCIeRoot)
+	}
+	if gpu.NVLinkDomain != "" {
+		attrs[AttrNVLinkDomain] = str(gpu.NVLinkDomain)
 	}
 	if gpu.NUMANode != nil {
 		attr, err := deviceattribute.GetNUMANodeAttribute(*gpu.NUMANode, deviceattribute.ScalarAttribute)

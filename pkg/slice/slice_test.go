@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/pkg/discovery"
+	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/model"
 	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 	"github.com/gpudra/gpudra/pkg/slice"
@@ -41,9 +42,21 @@ func simNode(t testing.TB, profile, nodeName string) *model.Node {
 // TestGoldenSlices pins the ResourceSlice content of every built-in profile.
 // After an intended change: go test ./pkg/slice -run TestGoldenSlices -update
 func TestGoldenSlices(t *testing.T) {
+	type golden struct {
+		profile, file string
+		mode          mig.Mode
+	}
+	var cases []golden
 	for _, profile := range sim.Builtin() {
+		cases = append(cases, golden{profile, profile, mig.ModeStatic})
+	}
+	cases = append(cases, golden{"mixed", "mixed.dynamic-mig", mig.ModeDynamic},
+		golden{"testdata/static-mig.yaml", "static-mig", mig.ModeStatic})
+	for _, tc := range cases {
+		profile := tc.file
 		t.Run(profile, func(t *testing.T) {
-			node := simNode(t, profile, "golden-node")
+			node := simNode(t, tc.profile, "golden-node")
+			mig.Apply(node, tc.mode)
 			res, err := slice.Resources("golden-node", node, slice.Options{})
 			require.NoError(t, err)
 			got, err := yaml.Marshal(slice.Objects(driverName, "golden-node", res))

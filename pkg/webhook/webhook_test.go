@@ -23,7 +23,7 @@ const (
 	badParams   = `{"apiVersion":"resource.gpudra.io/v1alpha1","kind":"GpuClaimParameters","sharing":{"strategy":"Sometimes"}}`
 	typoParams  = `{"apiVersion":"resource.gpudra.io/v1alpha1","kind":"GpuClaimParameters","sharing":{"stratgy":"TimeSlicing"}}`
 	otherParams = `{"anything":"goes"}`
-	badMsg      = `invalid GpuClaimParameters: sharing.strategy: Unsupported value: "Sometimes": supported values: "Exclusive", "TimeSlicing"`
+	badMsg      = `invalid GpuClaimParameters: sharing.strategy: Unsupported value: "Sometimes": supported values: "Exclusive", "TimeSlicing", "MPS"`
 )
 
 type cfg struct {

@@ -5,7 +5,9 @@
 #
 # Environment: N_DRASOCK (dra.sock iterations, 200), N_PODS (pods per case,
 # 50), N_START (plugin starts, 5), KEEP_CLUSTER=1 (leave the cluster up),
-# BENCH_ONLY (space-separated subset of: unit drasock startup controller pods scale).
+# BENCH_ONLY (space-separated subset of: unit drasock startup controller pods scale),
+# SCALE_CLAIMS (claims of the in-process allocator benchmark, 50), SCALE_SHAPES
+# (regexp of the cluster scale shapes, "whole-gpus"; "." adds dynamic-mig).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUTPUT:-$PWD/_output}/bench
@@ -32,11 +34,17 @@ e2e drasock 'DRASock' "${N_DRASOCK:-200}x"
 e2e startup 'PluginStartup' "${N_START:-5}x"
 e2e controller 'ControllerMemory' 1x
 e2e pods 'PodCreateToRunning' "${N_PODS:-50}x"
-e2e scale 'SchedulerScale' 1x
+if [[ $only == *" scale "* ]]; then
+	echo "== scale-inproc: go test -run '^\$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice/"
+	SCALE_CLAIMS=${SCALE_CLAIMS:-50} go test -run '^$' -bench SchedulerAllocation -benchtime 1x -timeout 30m ./pkg/slice/ | tee "$out/scale-inproc.txt"
+fi
+# The dynamic-MIG shape costs the scheduler ~30 ms per node filter: through
+# the cluster, 800 claims take tens of minutes, so it runs only on request.
+e2e scale "SchedulerScale/${SCALE_SHAPES:-whole-gpus}" 1x
 
 inputs=()
-for n in unit drasock startup controller pods scale; do
-	[[ $only == *" $n "* && -f $out/$n.txt ]] && inputs+=("$out/$n.txt")
+for n in unit drasock startup controller pods scale-inproc scale; do
+	[[ $only == *" ${n%-inproc} "* && -f $out/$n.txt ]] && inputs+=("$out/$n.txt")
 done
 go run ./test/cmd/bench-report -out "$out" \
 	-machine "date=$(date -u +%Y-%m-%dT%H:%MZ)" \

@@ -10,7 +10,8 @@
 # Usage: cluster.sh up | down | status | kubeconfig
 #        cluster.sh stop-plugin NODE | start-plugin NODE | restart-plugin NODE
 #        cluster.sh start-controller | stop-controller
-#        cluster.sh add-node NODE=PROFILE | remove-node NODE
+#        cluster.sh add-node NODE=PROFILE [PLUGIN-FLAG...] | remove-node NODE
+#        cluster.sh inject-fault NODE GPU xid N|ecc|lost | clear-faults NODE
 #        cluster.sh stop-apiserver | start-apiserver
 #
 #   up              build missing binaries, make the PKI, start everything and
@@ -36,9 +37,17 @@
 #                   running (fault tests: an API outage)
 #   start-apiserver start it again and wait until /readyz answers
 #   add-node        start the runtime, kubelet and plugin of one more node
-#                   (its own ports and dirs) and wait for its ResourceSlice
+#                   (its own ports and dirs) and wait for its ResourceSlice;
+#                   PLUGIN-FLAGs are extra gpu-kubelet-plugin flags of that
+#                   node (kept in nodes/<node>/plugin-flags for restarts;
+#                   they override the cluster's defaults such as --mig), e.g.
+#                   add-node gpu-share=h100x1.yaml --gpu-sharing=consumable --mig=static
 #   remove-node     stop a node's processes, delete its Node object and
 #                   ResourceSlices, unmount and remove its dir
+#   inject-fault    break a simulated GPU: append "GPU xid N" (or "GPU ecc",
+#                   "GPU lost") to the node plugin's fault file, e.g.
+#                   inject-fault gpu-h100 gpu-3 xid 79
+#   clear-faults    empty that file: the node's GPUs are reset
 #
 # Environment (defaults in brackets). `up` records the effective settings in
 # <cluster-dir>/cluster.env and the other commands use those.
@@ -59,11 +68,16 @@
 #   GPUDRA_HOST_IP               node IP and apiserver advertise address
 #                                [source address of the default route]
 #   GPUDRA_SERVICE_CIDR          service IP range [10.0.0.0/24]
+#   GPUDRA_SCHEDULER_QPS         kube-scheduler client QPS (burst: twice that),
+#                                read when the scheduler starts [stock: 50]
 #   GPUDRA_V                     klog verbosity of the Kubernetes components [2]
 #   GPUDRA_PLUGIN_V              verbosity of gpu-kubelet-plugin [4]
+#   GPUDRA_PLUGIN_MIG            --mig of gpu-kubelet-plugin: off|static|dynamic [dynamic]
 #   GPUDRA_FAKE_CRI_V            verbosity of gpudra-fake-cri [2]
 #   GPUDRA_CONTROLLER_WEBHOOK_PORT gpu-controller webhook port [30443]
 #   GPUDRA_CONTROLLER_METRICS_PORT its /metrics, /healthz, /readyz port [30880]
+#   GPUDRA_PLUGIN_METRICS_PORT   first plugin's /metrics port (127.0.0.1), +1
+#                                per node slot [30900]
 #   GPUDRA_CONTROLLER_NAMESPACE  its namespace (certificate Secret) [gpudra-local]
 #   GPUDRA_CONTROLLER_V          its verbosity [4]
 #   GPUDRA_CONTROLLER_WEBHOOK_NAMESPACE_LABEL  set: the webhook only checks
@@ -110,6 +124,8 @@ source "$SCRIPT_DIR/lib/nodes.sh"
 source "$SCRIPT_DIR/lib/node-ops.sh"
 # shellcheck source=lib/controller.sh
 source "$SCRIPT_DIR/lib/controller.sh"
+# shellcheck source=lib/health.sh
+source "$SCRIPT_DIR/lib/health.sh"
 
 DRIVER_NAME=gpu.gpudra.io
 K8S_BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl)
@@ -206,6 +222,7 @@ cmd_up() {
 	prepare_nodes
 	make_pki
 	up_control_plane
+	apply_plugin_rbac
 	up_nodes
 	wait_control_plane
 	wait_for "$WAIT_TIMEOUT" "the default ServiceAccount in namespace default" \
@@ -352,8 +369,10 @@ main() {
 	stop-apiserver | start-apiserver) cmd_apiserver "${cmd%-apiserver}" ;;
 	add-node) cmd_add_node "$@" ;;
 	remove-node) cmd_remove_node "$@" ;;
+	inject-fault) cmd_inject_fault "$@" ;;
+	clear-faults) cmd_clear_faults "$@" ;;
 	-h | --help | help) sed -n '/^# Starts/,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' ;;
-	*) die "usage: $0 up|down|status|kubeconfig|stop-plugin NODE|start-plugin NODE|restart-plugin NODE|start-controller|stop-controller|add-node NODE=PROFILE|remove-node NODE|stop-apiserver|start-apiserver (see --help)" ;;
+	*) die "usage: $0 up|down|status|kubeconfig|stop-plugin NODE|start-plugin NODE|restart-plugin NODE|start-controller|stop-controller|add-node NODE=PROFILE [PLUGIN-FLAG...]|remove-node NODE|inject-fault NODE GPU FAULT|clear-faults NODE|stop-apiserver|start-apiserver (see --help)" ;;
 	esac
 }
 

@@ -295,6 +295,12 @@ func testMetrics(t *testing.T, url string) {
 			t.Errorf("denied %s decisions = %s, want >= 1", kind, m[1])
 		}
 	}
+	m := regexp.MustCompile(`(?m)^gpudra_controller_reconciles_total\{result="success"\} (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		t.Errorf("no successful DeviceClass reconciles in %s", url)
+	} else if n, err := strconv.ParseFloat(string(m[1]), 64); err != nil || n < 1 {
+		t.Errorf("successful reconciles = %s, want >= 1", m[1])
+	}
 }
 
 // kubectlApply applies a manifest into ns and returns kubectl's output.

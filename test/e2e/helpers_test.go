@@ -132,6 +132,8 @@ func containerGPUs(t *testing.T, ns, podName, container string) []seenGPU {
 // device is a device of a ResourceSlice.
 type device struct {
 	node, name, uuid, product, pcieRoot string
+	nvlinkDomain                        string
+	numaNode                            int64 // -1: not published
 }
 
 func sliceDevices(t *testing.T) map[string]device {
@@ -152,8 +154,13 @@ func sliceDevices(t *testing.T) map[string]device {
 				}
 				return ""
 			}
+			numa := int64(-1)
+			if v := d.Attributes["resource.kubernetes.io/numaNode"].IntValue; v != nil {
+				numa = *v
+			}
 			out[s.Spec.Pool.Name+"/"+d.Name] = device{node: s.Spec.Pool.Name, name: d.Name, uuid: str("uuid"),
-				product: str("productName"), pcieRoot: str("resource.kubernetes.io/pcieRoot")}
+				product: str("productName"), pcieRoot: str("resource.kubernetes.io/pcieRoot"),
+				nvlinkDomain: str("nvlinkDomain"), numaNode: numa}
 		}
 	}
 	return out

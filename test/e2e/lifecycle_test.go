@@ -170,6 +170,8 @@ spec:
 	}
 }
 
+// waitSliceDevices waits until the node's ResourceSlices list n whole GPUs
+// (type "gpu"; MIG devices are not counted).
 func waitSliceDevices(t *testing.T, node string, n int) {
 	t.Helper()
 	got := -1
@@ -180,11 +182,15 @@ func waitSliceDevices(t *testing.T, node string, n int) {
 		}
 		got = 0
 		for _, s := range slices.Items {
-			got += len(s.Spec.Devices)
+			for _, d := range s.Spec.Devices {
+				if typ := d.Attributes["type"].StringValue; typ != nil && *typ == "gpu" {
+					got++
+				}
+			}
 		}
 		return got == n, nil
 	})
 	if err != nil {
-		t.Fatalf("node %s: want %d devices in its ResourceSlices, got %d", node, n, got)
+		t.Fatalf("node %s: want %d GPUs in its ResourceSlices, got %d", node, n, got)
 	}
 }

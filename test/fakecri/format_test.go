@@ -107,8 +107,9 @@ func TestLogLinesAndFile(t *testing.T) {
 		DeviceNodes: []DeviceNode{
 			{Path: "/dev/nvidia-uvm"}, {Path: "/dev/nvidia10"}, {Path: "/dev/nvidiactl"}, {Path: "/dev/nvidia9"},
 		},
-		Env:  []string{"PATH=/bin", "GPUDRA_Z=1\nsecond line", "GPUDRA_A=2", "NVIDIA_VISIBLE_DEVICES="},
-		GPUs: []GPU{{Index: 0, Minor: 9, ProductName: unknownProduct}},
+		Env:    []string{"PATH=/bin", "GPUDRA_Z=1\nsecond line", "GPUDRA_A=2", "NVIDIA_VISIBLE_DEVICES=", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"},
+		GPUs:   []GPU{{Index: 0, Minor: 9, ProductName: unknownProduct}},
+		Mounts: []Mount{{Destination: "/tmp/nvidia-mps", Source: "/var/lib/mps/u/pipe"}},
 	}
 	want := []string{
 		"container=c pod=ns/p",
@@ -116,13 +117,15 @@ func TestLogLinesAndFile(t *testing.T) {
 		"NVIDIA_VISIBLE_DEVICES=",
 		"GPU 0: NVIDIA GPU (UUID: unknown)",
 		"device-nodes: /dev/nvidia9,/dev/nvidia10,/dev/nvidia-uvm,/dev/nvidiactl",
+		"env CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
 		"env GPUDRA_A=2",
 		"env GPUDRA_Z=1\nsecond line",
+		"mount /tmp/nvidia-mps <- /var/lib/mps/u/pipe",
 	}
 	assert.Equal(t, want, inj.LogLines())
 
 	path := filepath.Join(t.TempDir(), "missing", "dir", "0.log")
 	require.NoError(t, writeContainerLog(path, inj.LogLines()))
-	want[len(want)-1] = `env GPUDRA_Z=1\nsecond line`
+	want[len(want)-2] = `env GPUDRA_Z=1\nsecond line`
 	assert.Equal(t, want, readLog(t, path), "one record per line, embedded newline escaped")
 }

@@ -29,7 +29,9 @@ const (
 //	NVIDIA_VISIBLE_DEVICES=<value, or "unset">
 //	GPU <i>: <product> (UUID: <uuid>)      one per visible GPU, by minor
 //	device-nodes: <comma-separated paths or "none">
-//	env GPUDRA_<...>=<value>               every GPUDRA_* variable, by name
+//	env GPUDRA_<...>=<value>               every GPUDRA_* and CUDA_MPS_* variable, by name
+//	mount <destination> <- <source>        every MPS directory mount (destination
+//	                                       containing "nvidia-mps"), in spec order
 func (i Injection) LogLines() []string {
 	lines := []string{
 		fmt.Sprintf("container=%s pod=%s", i.Container, i.Pod),
@@ -50,13 +52,18 @@ func (i Injection) LogLines() []string {
 	lines = append(lines, "device-nodes: "+joinOr(sortedNodePaths(i.DeviceNodes), "none"))
 	var gpudraEnv []string
 	for _, kv := range i.Env {
-		if strings.HasPrefix(kv, "GPUDRA_") {
+		if strings.HasPrefix(kv, "GPUDRA_") || strings.HasPrefix(kv, "CUDA_MPS_") {
 			gpudraEnv = append(gpudraEnv, kv)
 		}
 	}
 	sort.SliceStable(gpudraEnv, func(a, b int) bool { return envKey(gpudraEnv[a]) < envKey(gpudraEnv[b]) })
 	for _, kv := range gpudraEnv {
 		lines = append(lines, "env "+kv)
+	}
+	for _, m := range i.Mounts {
+		if strings.Contains(m.Destination, "nvidia-mps") {
+			lines = append(lines, "mount "+m.Destination+" <- "+m.Source)
+		}
 	}
 	return lines
 }

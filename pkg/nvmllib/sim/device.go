@@ -40,6 +40,7 @@ func newDevice(s *Server, g *GPU) *device {
 	}
 	d.setFuncs()
 	d.setMIGFuncs()
+	d.setNVLinkFuncs()
 	fillUnset(&d.Device, false)
 	return d
 }
@@ -140,6 +141,7 @@ func (d *device) setMIGFuncs() {
 			return nvml.ERROR_IN_USE, nvml.ERROR_IN_USE
 		}
 		d.migMode = mode // takes effect at once, as after an automatic GPU reset
+		d.srv.persistLocked()
 		return nvml.SUCCESS, nvml.SUCCESS
 	}
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return mig.MaxDevices, nvml.SUCCESS }

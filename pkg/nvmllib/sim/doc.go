@@ -88,9 +88,31 @@
 // architecture, compute capability, PCI info and NUMA node. Handles of
 // destroyed instances answer ERROR_INVALID_ARGUMENT.
 //
-// Not modelled: processes, utilization, clocks, power, temperatures, ECC,
-// NVLink, events, vGPU, and MIG compute instance engine profiles other than
-// the shared one.
+// Server.PersistTo keeps the MIG state (MIG mode, GPU and compute
+// instances, MIG UUIDs) in a file, so that a restarted process finds the MIG
+// devices a real GPU would still have; RestoreFrom reads it without writing.
+//
+// # NVLink
+//
+// A profile's nvlink list names the GPUs fully connected by NVLink (see
+// nvlink.go); GetP2PStatus / DeviceGetP2PStatus answer from it. NVLink link
+// state, counters and remote PCI info are not modelled.
+//
+// # Faults
+//
+// faults.go models what a health monitor sees of a failing GPU: event sets
+// (EventSetCreate, RegisterEvents, GetSupportedEventTypes, EventSetWait,
+// EventSetFree) delivering critical XID and double-bit ECC events, the ECC
+// counters (GetTotalEccErrors), the driver's recovery action (GetFieldValues
+// with FI_DEV_GET_GPU_RECOVERY_ACTION), and GPUs fallen off the bus
+// (ERROR_GPU_IS_LOST). Faults are injected with InjectXID,
+// InjectDoubleBitECC and SetLost and repaired with Reset, or through a
+// FaultFile (faultfile.go), the control file the plugin watches in
+// simulated mode.
+//
+// Not modelled: processes, utilization, clocks, power, temperatures,
+// single-bit ECC events, vGPU, and MIG compute instance engine profiles
+// other than the shared one.
 //
 // All Server methods are safe for concurrent use: one mutex guards the
 // mutable state (MIG mode, compute mode, GPU and compute instances). The

@@ -56,6 +56,7 @@ func (d *device) createGpuInstance(info *nvml.GpuInstanceProfileInfo, pl *nvml.G
 	if ret != nvml.SUCCESS {
 		return nil, ret
 	}
+	d.srv.persistLocked()
 	return gi, nvml.SUCCESS
 }
 
@@ -188,6 +189,7 @@ func (gi *gpuInstance) setFuncs() {
 		}
 		gi.destroyed = true
 		delete(gi.dev.gis, gi.info.Id)
+		gi.dev.srv.persistLocked()
 		return nvml.SUCCESS
 	}
 	gi.GetComputeInstanceProfileInfoFunc = func(profile, engProfile int) (nvml.ComputeInstanceProfileInfo, nvml.Return) {
@@ -278,6 +280,7 @@ func (gi *gpuInstance) createComputeInstance(info *nvml.ComputeInstanceProfileIn
 	if ret != nvml.SUCCESS {
 		return nil, ret
 	}
+	gi.dev.srv.persistLocked()
 	return ci, nvml.SUCCESS
 }
 
@@ -337,6 +340,7 @@ func (ci *computeInstance) setFuncs() {
 		}
 		ci.destroyed = true
 		delete(ci.gi.cis, ci.info.Id)
+		ci.gi.dev.srv.persistLocked()
 		return nvml.SUCCESS
 	}
 }

@@ -38,6 +38,10 @@ type GPU struct {
 	// MIGDevices lists GPU instance profile names (e.g. "3g.40gb") created at
 	// start, each with one compute instance spanning the GPU instance.
 	MIGDevices []string
+	// NVLinkDomain numbers the profile's NVLink domain the GPU belongs to:
+	// 1 + its index in the profile's nvlink list; 0 when it has no NVLink
+	// peer (see nvlink.go).
+	NVLinkDomain int
 }
 
 // Model is a GPU model from the built-in catalogue or from a profile file.

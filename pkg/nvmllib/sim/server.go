@@ -36,6 +36,12 @@ type Server struct {
 	// trivial; the simulator is not performance-critical.
 	mu       sync.Mutex
 	refcount int
+	// stateFile, when set, receives the MIG state after every change (see
+	// PersistTo). Guarded by mu.
+	stateFile string
+
+	// faults is the simulated fault state (faults.go); it has its own lock.
+	faults *faultBook
 }
 
 var (
@@ -59,6 +65,7 @@ func NewServer(p *Profile, nodeName string) *Server {
 	for _, d := range s.devices {
 		d.createInitialMIGDevices()
 	}
+	s.installFaults()
 	return s
 }
 

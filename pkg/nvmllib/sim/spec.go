@@ -24,6 +24,7 @@ type profileSpec struct {
 	CUDADriverVersion scalar         `json:"cudaDriverVersion"`
 	GPUs              []gpuGroupSpec `json:"gpus"`
 	Models            []modelSpec    `json:"models"`
+	NVLink            []nvlinkSpec   `json:"nvlink"`
 }
 
 // deviceSpec holds the per-GPU settings. In a gpus[] entry they apply to all

@@ -114,8 +114,13 @@ func (s *profileSpec) validate() (*Profile, error) {
 		}
 		return 0
 	})
+	domains, err := validateNVLink(s.NVLink, len(p.GPUs))
+	if err != nil {
+		return nil, err
+	}
 	for i := range p.GPUs {
 		p.GPUs[i].Index = i
+		p.GPUs[i].NVLinkDomain = domains[i]
 	}
 	return p, nil
 }

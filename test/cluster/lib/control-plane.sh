@@ -81,7 +81,16 @@ start_kube_component() {
 		"$@"
 }
 
-start_scheduler() { start_kube_component kube-scheduler "$SCHEDULER_PORT"; }
+start_scheduler() {
+	local extra=()
+	# Stock client limits (50 QPS, burst 100) unless GPUDRA_SCHEDULER_QPS says
+	# otherwise: scheduling benchmarks use it to take the client-side
+	# throttle out of the measurement.
+	if [[ -n ${GPUDRA_SCHEDULER_QPS:-} ]]; then
+		extra=(--kube-api-qps "$GPUDRA_SCHEDULER_QPS" --kube-api-burst "$((GPUDRA_SCHEDULER_QPS * 2))")
+	fi
+	start_kube_component kube-scheduler "$SCHEDULER_PORT" "${extra[@]}"
+}
 
 start_controller_manager() {
 	start_kube_component kube-controller-manager "$CONTROLLER_MANAGER_PORT" \

@@ -74,7 +74,8 @@ start_node() {
 
 cmd_add_node() {
 	local spec=${1:-} node profile
-	[[ $spec == ?*=?* ]] || die "usage: $0 add-node NAME=PROFILE, e.g. gpu-h200=h200 (profiles as in gpu-kubelet-plugin --simulate)"
+	[[ $spec == ?*=?* ]] || die "usage: $0 add-node NAME=PROFILE [PLUGIN-FLAG...], e.g. gpu-h200=h200 (profiles as in gpu-kubelet-plugin --simulate)"
+	shift
 	node=${spec%%=*} profile=${spec#*=}
 	[[ $node =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] ||
 		die "add-node: node name '$node' must be a DNS label (lower-case letters, digits and '-')"
@@ -97,6 +98,8 @@ cmd_add_node() {
 	START_MS=$(now_ms)
 	mkdir -p "$(node_dir "$node")"
 	free_slot >"$(node_dir "$node")/slot"
+	# Extra plugin flags of this node (e.g. --gpu-sharing=consumable); start_plugin reads them.
+	if (($# > 0)); then printf '%s\n' "$@" >"$(node_dir "$node")/plugin-flags"; fi
 	trap 'on_add_node_exit "$node"' EXIT
 	write_gpu_info "$node"
 	ensure_node_identity "$node"

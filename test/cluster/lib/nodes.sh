@@ -138,16 +138,21 @@ start_kubelet() {
 }
 
 start_plugin() {
-	local node=$1 dir
+	local node=$1 dir extra=()
 	dir=$(node_dir "$node")
+	[[ -f $dir/plugin-flags ]] && mapfile -t extra <"$dir/plugin-flags"
+	# The node's own flags come last: they override the cluster's defaults.
 	start_component "plugin-$node" "${GPUDRA_PLUGIN_BIN:-$BIN_DIR/gpu-kubelet-plugin}" \
 		--node-name "$node" \
 		--simulate "$(node_profile "$node")" \
+		--mig "$PLUGIN_MIG" \
 		--kubeconfig "$(node_kubeconfig "$node")" \
 		--cdi-root "$dir/cdi" \
 		--kubelet-plugins-directory "$dir/kubelet/plugins" \
 		--kubelet-registrar-directory "$dir/kubelet/plugins_registry" \
-		-v "$PLUGIN_V"
+		--metrics-address "127.0.0.1:$(plugin_metrics_port "$node")" \
+		-v "$PLUGIN_V" \
+		"${extra[@]}"
 }
 
 plugin_serving() { socket_accepts "$(reg_socket "$1")" && socket_accepts "$(dra_socket "$1")"; }

@@ -1,0 +1,301 @@
+// Package health watches the node's GPUs through NVML and turns what it
+// sees into device health: taints for the ResourceSlice (KEP-5055), the
+// kubelet's health stream (KEP-4680) and the health in claim status.
+//
+// Two sources feed it. An NVML event set delivers critical XID errors and
+// double-bit ECC errors as they happen; XIDs on the ignore list (caused by
+// applications, see DefaultIgnoredXIDs) are counted and otherwise dropped.
+// A periodic probe asks every GPU whether it still answers (a GPU that fell
+// off the bus answers ERROR_GPU_IS_LOST), which recovery action the driver
+// asks for, and whether its uncorrectable ECC counter went up.
+//
+// Each finding is a Condition on the physical GPU, keyed by taint key.
+// Conditions that require a reset (fatal XIDs, ECC, a recovery action) are
+// cleared once the driver's recovery action, having been pending, reads none
+// again; a lost GPU is healthy once it answers; degraded conditions without
+// a recovery action expire after a hold time. MIG devices share the
+// conditions of their parent GPU.
+package health
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+// GPU is a physical GPU to watch.
+type GPU struct {
+	UUID string
+	// Name is its device name in the ResourceSlice (for logs).
+	Name   string
+	Device nvml.Device
+}
+
+// Config of a Monitor.
+type Config struct {
+	Lib  nvml.Interface
+	GPUs []GPU
+	// IgnoredXIDs are dropped (DefaultIgnoredXIDs when nil).
+	IgnoredXIDs []uint64
+	// ProbeInterval between probes of every GPU (default 5s).
+	ProbeInterval time.Duration
+	// DegradedHold is how long a degraded condition without a pending
+	// recovery action lasts (default 10m).
+	DegradedHold time.Duration
+	// Metrics, optional.
+	Metrics *Metrics
+	// now, for tests.
+	now func() time.Time
+}
+
+// Monitor keeps the health of the node's GPUs.
+type Monitor struct {
+	cfg     Config
+	ignored map[uint64]bool
+	byDev   map[nvml.Device]string // event handle -> UUID
+
+	mu    sync.Mutex
+	gpus  map[string]*gpuState // by UUID
+	names map[string]string    // UUID -> device name
+	subs  map[chan struct{}]struct{}
+}
+
+// New creates a monitor; Run starts it.
+func New(cfg Config) *Monitor {
+	if cfg.ProbeInterval <= 0 {
+		cfg.ProbeInterval = 5 * time.Second
+	}
+	if cfg.DegradedHold <= 0 {
+		cfg.DegradedHold = 10 * time.Minute
+	}
+	if cfg.IgnoredXIDs == nil {
+		cfg.IgnoredXIDs = DefaultIgnoredXIDs
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	m := &Monitor{cfg: cfg, ignored: map[uint64]bool{}, byDev: map[nvml.Device]string{},
+		gpus: map[string]*gpuState{}, names: map[string]string{}, subs: map[chan struct{}]struct{}{}}
+	for _, x := range cfg.IgnoredXIDs {
+		m.ignored[x] = true
+	}
+	for _, g := range cfg.GPUs {
+		m.gpus[g.UUID] = &gpuState{conds: map[string]Condition{}}
+		m.names[g.UUID] = g.Name
+		if g.Device != nil {
+			m.byDev[g.Device] = g.UUID
+		}
+	}
+	cfg.Metrics.setHealthOf(m.Snapshot(), cfg.GPUs)
+	return m
+}
+
+// SetMetrics makes the monitor record its metrics in x; call before Run.
+func (m *Monitor) SetMetrics(x *Metrics) {
+	m.cfg.Metrics = x
+	x.setHealthOf(m.Snapshot(), m.cfg.GPUs)
+}
+
+// Run watches events and probes every GPU each ProbeInterval (the first
+// time at once) until ctx is done.
+func (m *Monitor) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	logger.Info("GPU health monitor started", "gpus", len(m.cfg.GPUs), "probeInterval", m.cfg.ProbeInterval,
+		"ignoredXIDs", FormatXIDs(m.cfg.IgnoredXIDs))
+	var wg sync.WaitGroup
+	wg.Go(func() { m.watchEvents(ctx) })
+	tick := time.NewTicker(m.cfg.ProbeInterval)
+	defer tick.Stop()
+	for {
+		m.ProbeAll(ctx)
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Snapshot returns the current health.
+func (m *Monitor) Snapshot() Snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := Snapshot{GPUs: make(map[string][]Condition, len(m.gpus))}
+	for id, g := range m.gpus {
+		if c := g.snapshot(); c != nil {
+			s.GPUs[id] = c
+		}
+	}
+	return s
+}
+
+// Subscribe returns a channel that receives a value after every change,
+// and a function that ends the subscription. Changes that arrive while a
+// value is pending are folded into it.
+func (m *Monitor) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	m.mu.Lock()
+	m.subs[ch] = struct{}{}
+	m.mu.Unlock()
+	return ch, func() {
+		m.mu.Lock()
+		delete(m.subs, ch)
+		m.mu.Unlock()
+	}
+}
+
+// update runs f on a GPU's state under the lock and notifies subscribers
+// when f reports a change.
+func (m *Monitor) update(ctx context.Context, uuid string, f func(g *gpuState) bool) {
+	m.mu.Lock()
+	g, ok := m.gpus[uuid]
+	if !ok || !f(g) {
+		m.mu.Unlock()
+		return
+	}
+	conds := g.snapshot()
+	subs := slices.Collect(maps.Keys(m.subs))
+	m.mu.Unlock()
+	klog.FromContext(ctx).Info("GPU health changed", "gpu", m.names[uuid], "uuid", uuid,
+		"health", Snapshot{GPUs: map[string][]Condition{uuid: conds}}.Health(uuid), "conditions", describe(conds))
+	m.cfg.Metrics.setHealthOf(m.Snapshot(), m.cfg.GPUs)
+	for _, ch := range subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func describe(conds []Condition) []string {
+	out := make([]string, 0, len(conds))
+	for _, c := range conds {
+		out = append(out, fmt.Sprintf("%s=%s:%s (%s)", c.Key, c.Value, c.Effect, c.Message))
+	}
+	return out
+}
+
+// watchEvents registers every GPU with an NVML event set and handles events
+// until ctx is done. Without event support the probe alone watches.
+func (m *Monitor) watchEvents(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	set, ret := m.cfg.Lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		logger.Error(ret, "NVML events unavailable; GPU health relies on the periodic probe")
+		return
+	}
+	defer func() { _ = set.Free() }()
+	const wanted = nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError
+	registered := 0
+	for _, g := range m.cfg.GPUs {
+		var supported uint64
+		ret := m.timed("GetSupportedEventTypes", func() nvml.Return {
+			var r nvml.Return
+			supported, r = g.Device.GetSupportedEventTypes()
+			return r
+		})
+		if ret != nvml.SUCCESS {
+			logger.Info("GPU reports no event support; probing only", "gpu", g.Name, "error", ret.Error())
+			continue
+		}
+		mask := supported & wanted
+		if mask == 0 {
+			continue
+		}
+		ret = m.timed("RegisterEvents", func() nvml.Return { return g.Device.RegisterEvents(mask, set) })
+		switch ret {
+		case nvml.SUCCESS:
+			registered++
+		case nvml.ERROR_GPU_IS_LOST:
+			m.setLost(ctx, g.UUID, "gpu-is-lost")
+		default:
+			logger.Error(ret, "Registering for NVML events failed; probing only", "gpu", g.Name)
+		}
+	}
+	logger.V(2).Info("Registered for NVML events", "gpus", registered)
+	for ctx.Err() == nil {
+		data, ret := set.Wait(1000)
+		switch ret {
+		case nvml.SUCCESS:
+			m.handleEvent(ctx, data)
+		case nvml.ERROR_TIMEOUT:
+		default:
+			logger.V(2).Info("NVML event wait failed", "error", ret.Error())
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func (m *Monitor) handleEvent(ctx context.Context, ev nvml.EventData) {
+	logger := klog.FromContext(ctx)
+	uuid, ok := m.byDev[ev.Device]
+	if !ok && ev.Device != nil {
+		id, ret := ev.Device.GetUUID()
+		if ret != nvml.SUCCESS {
+			logger.Error(ret, "NVML event for an unknown GPU", "type", ev.EventType, "data", ev.EventData)
+			return
+		}
+		uuid = id
+	}
+	now := m.cfg.now()
+	switch ev.EventType {
+	case nvml.EventTypeXidCriticalError:
+		xid := ev.EventData
+		if m.ignored[xid] {
+			m.cfg.Metrics.event("xid", xid, "ignored")
+			logger.V(2).Info("Ignored application XID", "gpu", m.names[uuid], "xid", xid)
+			return
+		}
+		m.cfg.Metrics.event("xid", xid, "tainted")
+		effect, what := classifyXID(xid)
+		c := Condition{Key: KeyXID, Value: fmt.Sprint(xid), Effect: effect, Since: now,
+			Message: fmt.Sprintf("XID %d: %s", xid, what), untilRecovered: effect == resourceapi.DeviceTaintEffectNoExecute}
+		m.update(ctx, uuid, func(g *gpuState) bool { return g.set(c) })
+	case nvml.EventTypeDoubleBitEccError:
+		m.cfg.Metrics.event("ecc_double_bit", 0, "tainted")
+		m.update(ctx, uuid, func(g *gpuState) bool { return g.set(eccCondition(now)) })
+	default:
+		logger.V(4).Info("NVML event not handled", "gpu", m.names[uuid], "type", ev.EventType)
+		return
+	}
+	// Probe the GPU at once: whether it is lost and which recovery the
+	// driver asks for is what later tells that it has been repaired.
+	for _, g := range m.cfg.GPUs {
+		if g.UUID == uuid {
+			m.probe(ctx, g)
+		}
+	}
+}
+
+func eccCondition(now time.Time) Condition {
+	return Condition{Key: KeyECC, Value: "double-bit", Effect: resourceapi.DeviceTaintEffectNoExecute, Since: now,
+		Message: "uncorrectable (double-bit) ECC error", untilRecovered: true}
+}
+
+func (m *Monitor) setLost(ctx context.Context, uuid, value string) {
+	c := Condition{Key: KeyLost, Value: value, Effect: resourceapi.DeviceTaintEffectNoExecute, Since: m.cfg.now(),
+		Message: "NVML cannot reach the GPU (" + value + ")"}
+	m.update(ctx, uuid, func(g *gpuState) bool { return g.set(c) })
+}
+
+// timed runs an NVML call and records its latency.
+func (m *Monitor) timed(call string, f func() nvml.Return) nvml.Return {
+	start := time.Now()
+	ret := f()
+	m.cfg.Metrics.nvmlCall(call, time.Since(start))
+	return ret
+}
+
+func metav1Time(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }

@@ -1,0 +1,193 @@
+package health
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+)
+
+// fixture is a monitor on a simulated 8-GPU node with a settable clock.
+type fixture struct {
+	srv  *sim.Server
+	mon  *Monitor
+	gpus []GPU
+	now  time.Time
+	reg  *prometheus.Registry
+}
+
+func newFixture(t *testing.T, ignored []uint64) *fixture {
+	t.Helper()
+	p, err := sim.Load("dgx-h100", nil)
+	require.NoError(t, err)
+	srv := sim.NewServer(p, "node-a")
+	require.Equal(t, nvml.SUCCESS, srv.Init())
+	f := &fixture{srv: srv, now: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), reg: prometheus.NewRegistry()}
+	n, _ := srv.DeviceGetCount()
+	for i := range n {
+		d, _ := srv.DeviceGetHandleByIndex(i)
+		id, _ := d.GetUUID()
+		f.gpus = append(f.gpus, GPU{UUID: id, Name: "gpu-" + string(rune('0'+i)), Device: d})
+	}
+	f.mon = New(Config{Lib: srv, GPUs: f.gpus, IgnoredXIDs: ignored, DegradedHold: time.Minute, now: func() time.Time { return f.now }})
+	m, err := NewMetrics(f.reg)
+	require.NoError(t, err)
+	f.mon.SetMetrics(m)
+	return f
+}
+
+// deliver runs the event loop until the event set is drained once.
+func (f *fixture) events(t *testing.T, inject func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	changes, stop := f.mon.Subscribe()
+	defer stop()
+	go func() { defer close(done); f.mon.watchEvents(ctx) }()
+	time.Sleep(50 * time.Millisecond) // registered
+	inject()
+	select {
+	case <-changes:
+	case <-time.After(300 * time.Millisecond): // ignored events change nothing
+	}
+	cancel()
+	<-done
+}
+
+func TestMonitorFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		inject func(f *fixture)
+		probe  bool
+		health Health
+		taints []resourceapi.DeviceTaint
+	}{
+		{name: "XID 79 event, then the probe sees the GPU lost",
+			inject: func(f *fixture) { _ = f.srv.InjectXID(f.gpus[2].UUID, 79) }, probe: true, health: Unhealthy,
+			taints: []resourceapi.DeviceTaint{{Key: KeyLost, Value: "gpu-is-lost", Effect: "NoExecute"},
+				{Key: KeyXID, Value: "79", Effect: "NoExecute"}}},
+		{name: "fatal XID 48 with a recovery action",
+			inject: func(f *fixture) { _ = f.srv.InjectXID(f.gpus[2].UUID, 48) }, probe: true, health: Unhealthy,
+			taints: []resourceapi.DeviceTaint{{Key: KeyECC, Value: "double-bit", Effect: "NoExecute"},
+				{Key: KeyRecovery, Value: "gpu-reset", Effect: "NoExecute"}, {Key: KeyXID, Value: "48", Effect: "NoExecute"}}},
+		{name: "degraded XID 74",
+			inject: func(f *fixture) { _ = f.srv.InjectXID(f.gpus[2].UUID, 74) }, health: Degraded,
+			taints: []resourceapi.DeviceTaint{{Key: KeyXID, Value: "74", Effect: "NoSchedule"}}},
+		{name: "ignored XID 13",
+			inject: func(f *fixture) { _ = f.srv.InjectXID(f.gpus[2].UUID, 13) }, probe: true, health: Healthy},
+		{name: "double-bit ECC event (the immediate probe sees the recovery action)",
+			inject: func(f *fixture) { _ = f.srv.InjectDoubleBitECC(f.gpus[2].UUID) }, health: Unhealthy,
+			taints: []resourceapi.DeviceTaint{{Key: KeyECC, Value: "double-bit", Effect: "NoExecute"},
+				{Key: KeyRecovery, Value: "gpu-reset", Effect: "NoExecute"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, nil)
+			ctx := context.Background()
+			f.mon.ProbeAll(ctx) // baselines
+			f.events(t, func() { tc.inject(f) })
+			if tc.probe {
+				f.mon.ProbeAll(ctx)
+			}
+			snap := f.mon.Snapshot()
+			id := f.gpus[2].UUID
+			assert.Equal(t, tc.health, snap.Health(id))
+			got := snap.Taints(id)
+			for i := range got {
+				require.NotNil(t, got[i].TimeAdded)
+				got[i].TimeAdded = nil
+			}
+			assert.Equal(t, tc.taints, got)
+			for _, g := range f.gpus[3:] {
+				assert.Equal(t, Healthy, snap.Health(g.UUID), "only the broken GPU")
+			}
+		})
+	}
+}
+
+func TestMonitorRecovery(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, nil)
+	id := f.gpus[1].UUID
+	f.mon.ProbeAll(ctx)
+	f.events(t, func() { _ = f.srv.InjectXID(id, 79) })
+	f.mon.ProbeAll(ctx)
+	require.Equal(t, Unhealthy, f.mon.Snapshot().Health(id))
+	assert.Equal(t, 1.0, testutil.ToFloat64(f.mon.cfg.Metrics.health.WithLabelValues("Unhealthy")))
+
+	require.NoError(t, f.srv.Reset(id)) // the reboot the driver asked for
+	f.mon.ProbeAll(ctx)
+	assert.Equal(t, Healthy, f.mon.Snapshot().Health(id), "answers again, no recovery pending")
+	assert.Empty(t, f.mon.Snapshot().Taints(id))
+	assert.Equal(t, 8.0, testutil.ToFloat64(f.mon.cfg.Metrics.health.WithLabelValues("Healthy")))
+
+	// A degraded XID without a recovery action expires after the hold.
+	f.events(t, func() { _ = f.srv.InjectXID(id, 74) })
+	f.now = f.now.Add(30 * time.Second)
+	f.mon.ProbeAll(ctx)
+	assert.Equal(t, Degraded, f.mon.Snapshot().Health(id))
+	f.now = f.now.Add(31 * time.Second)
+	f.mon.ProbeAll(ctx)
+	assert.Equal(t, Healthy, f.mon.Snapshot().Health(id))
+
+	// A fatal XID stays while the driver asks for a reset, however long.
+	f.events(t, func() { _ = f.srv.InjectXID(id, 95) })
+	f.mon.ProbeAll(ctx)
+	f.now = f.now.Add(time.Hour)
+	f.mon.ProbeAll(ctx)
+	assert.Equal(t, Unhealthy, f.mon.Snapshot().Health(id))
+	require.NoError(t, f.srv.Reset(id))
+	f.mon.ProbeAll(ctx)
+	assert.Equal(t, Healthy, f.mon.Snapshot().Health(id))
+}
+
+func TestMonitorProbeOnly(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, nil)
+	id := f.gpus[4].UUID
+	f.mon.ProbeAll(ctx)
+	require.NoError(t, f.srv.SetLost(id, true)) // no event at all
+	f.mon.ProbeAll(ctx)
+	assert.Equal(t, Unhealthy, f.mon.Snapshot().Health(id))
+	assert.Equal(t, "NVML cannot reach the GPU (gpu-is-lost)", f.mon.Snapshot().Message(id))
+	require.NoError(t, f.srv.SetLost(id, false))
+	f.mon.ProbeAll(ctx)
+	assert.Equal(t, Healthy, f.mon.Snapshot().Health(id))
+}
+
+func TestIgnoreListIsConfigurable(t *testing.T) {
+	f := newFixture(t, []uint64{74})
+	f.events(t, func() { _ = f.srv.InjectXID(f.gpus[0].UUID, 74) })
+	assert.Empty(t, f.mon.Snapshot().Taints(f.gpus[0].UUID), "74 ignored by configuration")
+	assert.Equal(t, 1.0, testutil.ToFloat64(f.mon.cfg.Metrics.events.WithLabelValues("xid", "74", "ignored")))
+	f.events(t, func() { _ = f.srv.InjectXID(f.gpus[0].UUID, 13) })
+	assert.Equal(t, Degraded, f.mon.Snapshot().Health(f.gpus[0].UUID), "13 is no longer ignored")
+}
+
+func TestParseXIDs(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []uint64
+		err  bool
+	}{
+		{in: "13,31, 43,13", want: []uint64{13, 31, 43}},
+		{in: "", want: nil},
+		{in: "13,x", err: true},
+	} {
+		got, err := ParseXIDs(tc.in)
+		if tc.err {
+			assert.Error(t, err, tc.in)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got)
+	}
+	assert.Equal(t, "13,31,43,45,68,109", FormatXIDs(DefaultIgnoredXIDs))
+}

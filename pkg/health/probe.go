@@ -1,0 +1,154 @@
+package health
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+)
+
+// ProbeAll probes every GPU once.
+func (m *Monitor) ProbeAll(ctx context.Context) {
+	for _, g := range m.cfg.GPUs {
+		m.probe(ctx, g)
+	}
+}
+
+// probe asks one GPU whether it answers, which recovery action the driver
+// wants and whether uncorrectable ECC errors were counted, and updates its
+// conditions.
+func (m *Monitor) probe(ctx context.Context, gpu GPU) {
+	logger := klog.FromContext(ctx)
+	now := m.cfg.now()
+	ret := m.timed("GetMemoryInfo", func() nvml.Return {
+		_, r := gpu.Device.GetMemoryInfo()
+		return r
+	})
+	switch ret {
+	case nvml.ERROR_GPU_IS_LOST:
+		m.setLost(ctx, gpu.UUID, "gpu-is-lost")
+		return
+	case nvml.ERROR_RESET_REQUIRED:
+		m.setLost(ctx, gpu.UUID, "reset-required")
+		return
+	case nvml.SUCCESS:
+		// A GPU that was lost and answers again has been reset (or the
+		// node rebooted): that is the recovery its conditions wait for.
+		m.update(ctx, gpu.UUID, func(g *gpuState) bool {
+			if !g.clear(KeyLost) {
+				return false
+			}
+			g.recoveryPending = true
+			return true
+		})
+	default:
+		// Not a verdict on the GPU's health; the next probe asks again.
+		logger.V(2).Info("GPU probe failed", "gpu", gpu.Name, "error", ret.Error())
+		return
+	}
+
+	action, known := m.recoveryAction(gpu.Device)
+	var ecc uint64
+	eccRet := m.timed("GetTotalEccErrors", func() nvml.Return {
+		var r nvml.Return
+		ecc, r = gpu.Device.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+		return r
+	})
+	hold := m.cfg.DegradedHold
+	m.update(ctx, gpu.UUID, func(g *gpuState) bool {
+		changed := false
+		if !known && g.recoveryPending {
+			known, action = true, nvml.GPU_RECOVERY_ACTION_NONE // back from lost, no field to say otherwise
+		}
+		if known {
+			if action != nvml.GPU_RECOVERY_ACTION_NONE {
+				g.recoveryPending = true
+				changed = g.set(recoveryCondition(action, now)) || changed
+			} else {
+				changed = g.clear(KeyRecovery) || changed
+				if g.recoveryPending {
+					// The reset (or reboot) the driver asked for happened.
+					g.recoveryPending = false
+					for k, c := range g.conds {
+						if c.untilRecovered {
+							delete(g.conds, k)
+							changed = true
+						}
+					}
+				}
+			}
+		}
+		if eccRet == nvml.SUCCESS {
+			if g.eccKnown && ecc > g.eccBaseline {
+				changed = g.set(eccCondition(now)) || changed
+			}
+			g.eccKnown, g.eccBaseline = true, ecc // a reset zeroes the volatile counter
+		}
+		for k, c := range g.conds {
+			if !c.untilRecovered && c.Key != KeyLost && c.Key != KeyRecovery && now.Sub(c.Since) >= hold && !g.recoveryPending {
+				delete(g.conds, k)
+				changed = true
+			}
+		}
+		return changed
+	})
+}
+
+// recoveryAction reads the driver's GPU recovery action (NVML field
+// FI_DEV_GET_GPU_RECOVERY_ACTION, drivers R550 and later); known is false
+// when the driver does not report it.
+func (m *Monitor) recoveryAction(d nvml.Device) (nvml.DeviceGpuRecoveryAction, bool) {
+	values := []nvml.FieldValue{{FieldId: nvml.FI_DEV_GET_GPU_RECOVERY_ACTION}}
+	ret := m.timed("GetFieldValues", func() nvml.Return { return d.GetFieldValues(values) })
+	if ret != nvml.SUCCESS || nvml.Return(values[0].NvmlReturn) != nvml.SUCCESS {
+		return 0, false
+	}
+	v, ok := fieldValue(values[0])
+	if !ok || v > math.MaxInt32 {
+		return 0, false
+	}
+	return nvml.DeviceGpuRecoveryAction(v), true
+}
+
+// fieldValue decodes an integer NVML field value (little-endian, as the
+// C union is laid out on the platforms NVML supports).
+func fieldValue(v nvml.FieldValue) (uint64, bool) {
+	switch nvml.ValueType(v.ValueType) {
+	case nvml.VALUE_TYPE_UNSIGNED_INT, nvml.VALUE_TYPE_SIGNED_INT:
+		return uint64(binary.LittleEndian.Uint32(v.Value[:4])), true
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, nvml.VALUE_TYPE_SIGNED_LONG_LONG:
+		return binary.LittleEndian.Uint64(v.Value[:]), true
+	case nvml.VALUE_TYPE_UNSIGNED_SHORT:
+		return uint64(binary.LittleEndian.Uint16(v.Value[:2])), true
+	}
+	return 0, false
+}
+
+var recoveryNames = map[nvml.DeviceGpuRecoveryAction]string{
+	nvml.GPU_RECOVERY_ACTION_GPU_RESET:           "gpu-reset",
+	nvml.GPU_RECOVERY_ACTION_NODE_REBOOT:         "node-reboot",
+	nvml.GPU_RECOVERY_ACTION_DRAIN_P2P:           "drain-p2p",
+	nvml.GPU_RECOVERY_ACTION_DRAIN_AND_RESET:     "drain-and-reset",
+	nvml.GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN: "recover-imex-domain",
+	nvml.GPU_RECOVERY_ACTION_BUS_RESET:           "bus-reset",
+	nvml.GPU_RECOVERY_ACTION_SYSTEM_REBOOT:       "system-reboot",
+}
+
+// recoveryCondition: draining peer-to-peer traffic keeps running work
+// (NoSchedule); every other action interrupts it (NoExecute).
+func recoveryCondition(a nvml.DeviceGpuRecoveryAction, now time.Time) Condition {
+	name, ok := recoveryNames[a]
+	if !ok {
+		name = fmt.Sprintf("action-%d", a)
+	}
+	effect := resourceapi.DeviceTaintEffectNoExecute
+	if a == nvml.GPU_RECOVERY_ACTION_DRAIN_P2P {
+		effect = resourceapi.DeviceTaintEffectNoSchedule
+	}
+	return Condition{Key: KeyRecovery, Value: name, Effect: effect, Since: now, Message: "the driver asks for recovery: " + name}
+}

@@ -1,0 +1,338 @@
+package sim
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+)
+
+// Fault simulation. A Server models what NVML tells a health monitor about
+// a failing GPU:
+//
+//   - event sets (EventSetCreate, RegisterEvents, GetSupportedEventTypes,
+//     EventSetWait, EventSetFree) delivering critical XID and double-bit ECC
+//     events injected with InjectXID and InjectDoubleBitECC;
+//   - the volatile and aggregate ECC counters (GetTotalEccErrors);
+//   - the GPU recovery action the driver asks for (GetFieldValues with
+//     FI_DEV_GET_GPU_RECOVERY_ACTION): GPU reset after a fatal XID or a
+//     double-bit ECC error, node reboot after XID 79;
+//   - a GPU fallen off the bus (XID 79, or SetLost): its health queries
+//     (GetMemoryInfo, GetTotalEccErrors, GetFieldValues, RegisterEvents,
+//     GetTemperature) answer ERROR_GPU_IS_LOST. Identity queries (UUID,
+//     name, PCI info) keep answering, so that a restarted plugin still
+//     discovers the GPU (a simplification: real NVML may fail those too).
+//
+// Reset undoes all of it, as a GPU reset or reboot would. Faults only exist
+// in simulation: nothing here touches a real GPU.
+
+// Event types the simulated GPUs support.
+const supportedEvents = nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError | nvml.EventTypeSingleBitEccError
+
+// eventQueueLength bounds an event set's queue; further events are dropped,
+// as a slow reader of real NVML loses them too.
+const eventQueueLength = 256
+
+// xidRecovery is the recovery action the simulated driver reports after an
+// XID: the real driver asks for a reset after errors that leave the GPU in a
+// bad state.
+var xidRecovery = map[uint64]nvml.DeviceGpuRecoveryAction{
+	48: nvml.GPU_RECOVERY_ACTION_GPU_RESET, 62: nvml.GPU_RECOVERY_ACTION_GPU_RESET,
+	64: nvml.GPU_RECOVERY_ACTION_GPU_RESET, 79: nvml.GPU_RECOVERY_ACTION_NODE_REBOOT,
+	95: nvml.GPU_RECOVERY_ACTION_GPU_RESET, 119: nvml.GPU_RECOVERY_ACTION_GPU_RESET,
+	120: nvml.GPU_RECOVERY_ACTION_GPU_RESET, 140: nvml.GPU_RECOVERY_ACTION_GPU_RESET,
+}
+
+// faultBook holds the fault state of all GPUs of a server and its event sets.
+type faultBook struct {
+	mu   sync.Mutex
+	gpus map[*device]*gpuFaults
+	sets map[*eventSet]struct{}
+}
+
+type gpuFaults struct {
+	lost          bool
+	recovery      nvml.DeviceGpuRecoveryAction
+	dbeVolatile   uint64
+	dbeAggregate  uint64
+	sbeVolatile   uint64
+	sbeAggregate  uint64
+	registrations map[*eventSet]uint64
+}
+
+// eventSet is a simulated nvmlEventSet.
+type eventSet struct {
+	mock.EventSet
+	book  *faultBook
+	queue chan nvml.EventData
+	freed bool
+}
+
+// installFaults adds the fault model to a server whose devices exist.
+func (s *Server) installFaults() {
+	b := &faultBook{gpus: map[*device]*gpuFaults{}, sets: map[*eventSet]struct{}{}}
+	s.faults = b
+	for _, d := range s.devices {
+		b.gpus[d] = &gpuFaults{registrations: map[*eventSet]uint64{}}
+		d.setFaultFuncs(b)
+	}
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		if ret := s.initialized(); ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		return b.newEventSet(), nvml.SUCCESS
+	}
+	s.EventSetWaitFunc = func(set nvml.EventSet, timeoutMs uint32) (nvml.EventData, nvml.Return) {
+		if set == nil {
+			return nvml.EventData{}, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return set.Wait(timeoutMs)
+	}
+	s.EventSetFreeFunc = func(set nvml.EventSet) nvml.Return {
+		if set == nil {
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		return set.Free()
+	}
+}
+
+func (b *faultBook) newEventSet() *eventSet {
+	e := &eventSet{book: b, queue: make(chan nvml.EventData, eventQueueLength)}
+	e.WaitFunc = e.wait
+	e.FreeFunc = e.free
+	fillUnset(&e.EventSet, false)
+	b.mu.Lock()
+	b.sets[e] = struct{}{}
+	b.mu.Unlock()
+	return e
+}
+
+func (e *eventSet) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
+	e.book.mu.Lock()
+	freed := e.freed
+	e.book.mu.Unlock()
+	if freed {
+		return nvml.EventData{}, nvml.ERROR_INVALID_ARGUMENT
+	}
+	select {
+	case ev := <-e.queue:
+		return ev, nvml.SUCCESS
+	default:
+	}
+	t := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case ev := <-e.queue:
+		return ev, nvml.SUCCESS
+	case <-t.C:
+		return nvml.EventData{}, nvml.ERROR_TIMEOUT
+	}
+}
+
+func (e *eventSet) free() nvml.Return {
+	b := e.book
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e.freed {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	e.freed = true
+	delete(b.sets, e)
+	for _, g := range b.gpus {
+		delete(g.registrations, e)
+	}
+	return nvml.SUCCESS
+}
+
+// emitLocked queues an event for every set registered for its type on d.
+// The caller holds b.mu.
+func (b *faultBook) emitLocked(d *device, eventType, data uint64) {
+	for set, mask := range b.gpus[d].registrations {
+		if mask&eventType == 0 {
+			continue
+		}
+		ev := nvml.EventData{Device: d, EventType: eventType, EventData: data,
+			GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
+		select {
+		case set.queue <- ev:
+		default: // queue full: dropped
+		}
+	}
+}
+
+func (d *device) setFaultFuncs(b *faultBook) {
+	state := func() (*gpuFaults, func()) {
+		b.mu.Lock()
+		return b.gpus[d], b.mu.Unlock
+	}
+	lostGuard := func() bool {
+		g, unlock := state()
+		defer unlock()
+		return g.lost
+	}
+	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return supportedEvents, nvml.SUCCESS }
+	d.RegisterEventsFunc = func(types uint64, set nvml.EventSet) nvml.Return {
+		es, ok := set.(*eventSet)
+		if !ok || es.book != b || types&^supportedEvents != 0 {
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		g, unlock := state()
+		defer unlock()
+		if g.lost {
+			return nvml.ERROR_GPU_IS_LOST
+		}
+		if es.freed {
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		g.registrations[es] |= types
+		return nvml.SUCCESS
+	}
+	d.GetTotalEccErrorsFunc = func(errType nvml.MemoryErrorType, counter nvml.EccCounterType) (uint64, nvml.Return) {
+		g, unlock := state()
+		defer unlock()
+		if g.lost {
+			return 0, nvml.ERROR_GPU_IS_LOST
+		}
+		switch {
+		case errType == nvml.MEMORY_ERROR_TYPE_UNCORRECTED && counter == nvml.VOLATILE_ECC:
+			return g.dbeVolatile, nvml.SUCCESS
+		case errType == nvml.MEMORY_ERROR_TYPE_UNCORRECTED && counter == nvml.AGGREGATE_ECC:
+			return g.dbeAggregate, nvml.SUCCESS
+		case errType == nvml.MEMORY_ERROR_TYPE_CORRECTED && counter == nvml.VOLATILE_ECC:
+			return g.sbeVolatile, nvml.SUCCESS
+		case errType == nvml.MEMORY_ERROR_TYPE_CORRECTED && counter == nvml.AGGREGATE_ECC:
+			return g.sbeAggregate, nvml.SUCCESS
+		}
+		return 0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	d.GetFieldValuesFunc = func(values []nvml.FieldValue) nvml.Return {
+		g, unlock := state()
+		defer unlock()
+		if g.lost {
+			return nvml.ERROR_GPU_IS_LOST
+		}
+		for i := range values {
+			v := &values[i]
+			if v.FieldId != nvml.FI_DEV_GET_GPU_RECOVERY_ACTION {
+				v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+				continue
+			}
+			v.NvmlReturn = uint32(nvml.SUCCESS)
+			v.ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
+			v.Value = [8]byte{}
+			binary.LittleEndian.PutUint32(v.Value[:4], uint32(g.recovery))
+			v.Timestamp = time.Now().UnixMicro()
+		}
+		return nvml.SUCCESS
+	}
+	// Health queries of a GPU that fell off the bus fail.
+	memInfo, memInfoV2, temp := d.GetMemoryInfoFunc, d.GetMemoryInfo_v2Func, d.GetTemperatureFunc
+	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+		if lostGuard() {
+			return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
+		}
+		return memInfo()
+	}
+	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+		if lostGuard() {
+			return nvml.Memory_v2{}, nvml.ERROR_GPU_IS_LOST
+		}
+		return memInfoV2()
+	}
+	d.GetTemperatureFunc = func(s nvml.TemperatureSensors) (uint32, nvml.Return) {
+		if lostGuard() {
+			return 0, nvml.ERROR_GPU_IS_LOST
+		}
+		return temp(s)
+	}
+}
+
+// gpuByUUID finds a physical GPU of the server.
+func (s *Server) gpuByUUID(id string) (*device, error) {
+	for _, d := range s.devices {
+		if d.uuid == id {
+			return d, nil
+		}
+	}
+	return nil, fmt.Errorf("no simulated GPU with UUID %q on node %s", id, s.nodeName)
+}
+
+// InjectXID simulates the driver reporting XID xid on the GPU: a critical
+// XID event to every event set registered for it, the recovery action the
+// driver would ask for, and for XID 79 (fallen off the bus) a lost GPU.
+func (s *Server) InjectXID(gpuUUID string, xid uint64) error {
+	d, err := s.gpuByUUID(gpuUUID)
+	if err != nil {
+		return err
+	}
+	b := s.faults
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g := b.gpus[d]
+	if action, ok := xidRecovery[xid]; ok && action > g.recovery {
+		g.recovery = action
+	}
+	if xid == 48 {
+		g.dbeVolatile++
+		g.dbeAggregate++
+	}
+	b.emitLocked(d, nvml.EventTypeXidCriticalError, xid)
+	if xid == 79 {
+		g.lost = true
+	}
+	return nil
+}
+
+// InjectDoubleBitECC simulates an uncorrectable (double-bit) ECC error: the
+// counters go up, a double-bit ECC event is delivered and the driver asks
+// for a GPU reset.
+func (s *Server) InjectDoubleBitECC(gpuUUID string) error {
+	d, err := s.gpuByUUID(gpuUUID)
+	if err != nil {
+		return err
+	}
+	b := s.faults
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g := b.gpus[d]
+	g.dbeVolatile++
+	g.dbeAggregate++
+	if g.recovery < nvml.GPU_RECOVERY_ACTION_GPU_RESET {
+		g.recovery = nvml.GPU_RECOVERY_ACTION_GPU_RESET
+	}
+	b.emitLocked(d, nvml.EventTypeDoubleBitEccError, 0)
+	return nil
+}
+
+// SetLost marks the GPU as fallen off the bus (or back) without an event:
+// only a probe notices.
+func (s *Server) SetLost(gpuUUID string, lost bool) error {
+	d, err := s.gpuByUUID(gpuUUID)
+	if err != nil {
+		return err
+	}
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	s.faults.gpus[d].lost = lost
+	return nil
+}
+
+// Reset simulates a GPU reset: the GPU answers again, no recovery action is
+// pending and the volatile ECC counters start from zero. Aggregate counters
+// persist, as on real GPUs.
+func (s *Server) Reset(gpuUUID string) error {
+	d, err := s.gpuByUUID(gpuUUID)
+	if err != nil {
+		return err
+	}
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	g := s.faults.gpus[d]
+	g.lost = false
+	g.recovery = nvml.GPU_RECOVERY_ACTION_NONE
+	g.dbeVolatile, g.sbeVolatile = 0, 0
+	return nil
+}

@@ -1,0 +1,196 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/klog/v2"
+)
+
+// A real GPU keeps its MIG mode and MIG instances when the process that
+// created them exits; only a reboot (or a GPU reset) clears them. A
+// simulated GPU lives in the plugin's memory, so PersistTo keeps its MIG
+// state in a file: a restarted plugin finds the MIG devices it left, and
+// tools (gpu-kubelet-plugin inspect, e2e tests) can look at them.
+
+// State is the persisted MIG state of a simulated node.
+type State struct {
+	// Node and Profile name the simulated node the state belongs to.
+	Node    string     `json:"node"`
+	Profile string     `json:"profile"`
+	GPUs    []GPUState `json:"gpus"`
+}
+
+// GPUState is the MIG state of one GPU.
+type GPUState struct {
+	UUID         string         `json:"uuid"`
+	MIGEnabled   bool           `json:"migEnabled"`
+	MIGCounter   uint64         `json:"migCounter,omitempty"`
+	GPUInstances []GPUInstState `json:"gpuInstances,omitempty"`
+}
+
+// GPUInstState is one GPU instance.
+type GPUInstState struct {
+	ID               uint32          `json:"id"`
+	Profile          string          `json:"profile"`
+	Start            int             `json:"start"`
+	ComputeInstances []CompInstState `json:"computeInstances,omitempty"`
+}
+
+// CompInstState is one compute instance, i.e. one MIG device.
+type CompInstState struct {
+	ID          uint32 `json:"id"`
+	NVMLProfile int    `json:"nvmlProfile"`
+	Start       int    `json:"start"`
+	UUID        string `json:"uuid"`
+}
+
+// ReadState reads a state file written by a Server.
+func ReadState(path string) (*State, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var st State
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("simulated NVML state %s: %w", path, err)
+	}
+	return &st, nil
+}
+
+// PersistTo keeps the server's MIG state in path. If the file exists, the
+// server takes its state from it (replacing the profile's initial MIG
+// devices), as a restarted process finds a real GPU's MIG configuration;
+// otherwise the current state is written. Call it before the server is
+// shared between goroutines.
+func (s *Server) PersistTo(path string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.loadLocked(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	s.stateFile = path
+	return s.saveLocked()
+}
+
+// RestoreFrom takes the MIG state from path without ever writing it: a
+// read-only view of another process's simulated GPUs.
+func (s *Server) RestoreFrom(path string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.loadLocked(path)
+}
+
+func (s *Server) loadLocked(path string) error {
+	st, err := ReadState(path)
+	if err != nil {
+		return err
+	}
+	if err := s.restoreLocked(st); err != nil {
+		return fmt.Errorf("simulated NVML state %s: %w; remove the file to start from the profile", path, err)
+	}
+	return nil
+}
+
+func (s *Server) restoreLocked(st *State) error {
+	if st.Node != s.nodeName || st.Profile != s.profile.Name || len(st.GPUs) != len(s.devices) {
+		return fmt.Errorf("written for node %q, profile %q with %d GPUs, not node %q, profile %q with %d GPUs",
+			st.Node, st.Profile, len(st.GPUs), s.nodeName, s.profile.Name, len(s.devices))
+	}
+	for i, g := range st.GPUs {
+		d := s.devices[i]
+		if g.UUID != d.uuid {
+			return fmt.Errorf("GPU %d: UUID %s, the server has %s", i, g.UUID, d.uuid)
+		}
+		d.gis = map[uint32]*gpuInstance{}
+		d.migMode = nvml.DEVICE_MIG_DISABLE
+		if g.MIGEnabled {
+			d.migMode = nvml.DEVICE_MIG_ENABLE
+		}
+		d.migCounter = g.MIGCounter
+		if len(g.GPUInstances) > 0 && d.model().MIG == nil {
+			return fmt.Errorf("GPU %d is not MIG-capable but has GPU instances", i)
+		}
+		for _, gs := range g.GPUInstances {
+			p, ok := d.model().MIG.GPUInstanceProfileByName(gs.Profile)
+			if !ok {
+				return fmt.Errorf("GPU %d: unknown GPU instance profile %q", i, gs.Profile)
+			}
+			gi, ret := d.createGpuInstanceLocked(p, &nvml.GpuInstancePlacement{Start: uint32(gs.Start), Size: uint32(p.PlacementSize)})
+			if ret != nvml.SUCCESS || gi.info.Id != gs.ID {
+				return fmt.Errorf("GPU %d: cannot restore GPU instance %d (%s at %d): %w", i, gs.ID, gs.Profile, gs.Start, ret)
+			}
+			for _, cs := range gs.ComputeInstances {
+				cp, ok := computeProfile(d.model().MIG, p, cs.NVMLProfile)
+				if !ok {
+					return fmt.Errorf("GPU %d GPU instance %d: unknown compute instance profile %d", i, gs.ID, cs.NVMLProfile)
+				}
+				ci, ret := gi.createComputeInstanceLocked(cp, &nvml.ComputeInstancePlacement{Start: uint32(cs.Start), Size: uint32(cp.slices)})
+				if ret != nvml.SUCCESS {
+					return fmt.Errorf("GPU %d GPU instance %d: cannot restore compute instance %d: %w", i, gs.ID, cs.ID, ret)
+				}
+				delete(gi.cis, ci.info.Id)
+				ci.info.Id = cs.ID
+				gi.cis[cs.ID] = ci
+				ci.mig.uuid = cs.UUID
+			}
+		}
+		d.migCounter = g.MIGCounter
+	}
+	return nil
+}
+
+// persistLocked writes the state file after a change, if there is one. A
+// failure is logged: the change itself happened, as on a real GPU.
+func (s *Server) persistLocked() {
+	if s.stateFile == "" {
+		return
+	}
+	if err := s.saveLocked(); err != nil {
+		klog.Background().Error(err, "Simulated NVML: cannot write the MIG state file", "path", s.stateFile)
+	}
+}
+
+func (s *Server) saveLocked() error {
+	st := State{Node: s.nodeName, Profile: s.profile.Name}
+	for _, d := range s.devices {
+		g := GPUState{UUID: d.uuid, MIGEnabled: d.migMode == nvml.DEVICE_MIG_ENABLE, MIGCounter: d.migCounter}
+		for _, gi := range d.sortedGIsLocked() {
+			gs := GPUInstState{ID: gi.info.Id, Profile: gi.prof.Name, Start: int(gi.info.Placement.Start)}
+			for _, ci := range gi.sortedCIsLocked() {
+				gs.ComputeInstances = append(gs.ComputeInstances, CompInstState{
+					ID: ci.info.Id, NVMLProfile: ci.prof.nvmlProfile, Start: int(ci.info.Placement.Start), UUID: ci.mig.uuid})
+			}
+			g.GPUInstances = append(g.GPUInstances, gs)
+		}
+		st.GPUs = append(st.GPUs, g)
+	}
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(s.stateFile), 0o750); err != nil {
+		return fmt.Errorf("write simulated NVML state: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(s.stateFile), ".sim-state-*")
+	if err != nil {
+		return fmt.Errorf("write simulated NVML state: %w", err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := tmp.Write(append(data, '\n')); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("write simulated NVML state: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write simulated NVML state: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), s.stateFile); err != nil {
+		return fmt.Errorf("write simulated NVML state: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+package sim
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPersistTo: a second server on the same state file (a restarted
+// plugin) sees the MIG devices the first one created, with their UUIDs.
+func TestPersistTo(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	p, err := Load("dgx-h100", nil)
+	require.NoError(t, err)
+
+	a := NewServer(p, "node")
+	require.NoError(t, a.PersistTo(path))
+	require.Equal(t, nvml.SUCCESS, a.Init())
+	dev, _ := a.DeviceGetHandleByIndex(2)
+	ret, _ := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	require.Equal(t, nvml.SUCCESS, ret)
+	info, _ := dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	gi, ret := dev.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: 4, Size: 4})
+	require.Equal(t, nvml.SUCCESS, ret)
+	ciInfo, _ := gi.GetComputeInstanceProfileInfo(nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	_, ret = gi.CreateComputeInstance(&ciInfo)
+	require.Equal(t, nvml.SUCCESS, ret)
+	migA, _ := dev.GetMigDeviceHandleByIndex(0)
+	uuidA, _ := migA.GetUUID()
+
+	b := NewServer(p, "node")
+	require.NoError(t, b.PersistTo(path))
+	require.Equal(t, nvml.SUCCESS, b.Init())
+	devB, _ := b.DeviceGetHandleByIndex(2)
+	mode, _, _ := devB.GetMigMode()
+	require.Equal(t, nvml.DEVICE_MIG_ENABLE, mode)
+	migB, ret := devB.GetMigDeviceHandleByIndex(0)
+	require.Equal(t, nvml.SUCCESS, ret)
+	uuidB, _ := migB.GetUUID()
+	require.Equal(t, uuidA, uuidB)
+
+	giB, ret := devB.GetGpuInstanceById(2)
+	require.Equal(t, nvml.SUCCESS, ret)
+	ciB, ret := giB.GetComputeInstanceById(0)
+	require.Equal(t, nvml.SUCCESS, ret)
+	require.Equal(t, nvml.SUCCESS, ciB.Destroy())
+	require.Equal(t, nvml.SUCCESS, giB.Destroy())
+	st, err := ReadState(path)
+	require.NoError(t, err)
+	require.True(t, st.GPUs[2].MIGEnabled)
+	require.Empty(t, st.GPUs[2].GPUInstances)
+
+	// A state file of another node is refused, not silently reused.
+	c := NewServer(p, "other-node")
+	require.ErrorContains(t, c.PersistTo(path), "remove the file")
+	require.NoError(t, os.WriteFile(path, []byte("{"), 0o600))
+	require.Error(t, NewServer(p, "node").PersistTo(path))
+}

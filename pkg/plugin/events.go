@@ -1,0 +1,115 @@
+package plugin
+
+import (
+	"context"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/health"
+)
+
+// Event reasons.
+const (
+	ReasonPrepareFailed   = "PrepareFailed"
+	ReasonDeviceUnhealthy = "DeviceUnhealthy"
+	ReasonDeviceHealthy   = "DeviceHealthy"
+)
+
+// eventSink records events.k8s.io Events on claims and pods: failed
+// prepares, and health changes of the GPUs a claim holds.
+type eventSink struct {
+	client   kubernetes.Interface
+	recorder events.EventRecorder
+	store    *checkpoint.Store
+}
+
+func newEventSink(ctx context.Context, client kubernetes.Interface, o *Options, store *checkpoint.Store) *eventSink {
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Events are not recorded")
+		return nil
+	}
+	return &eventSink{client: client, store: store,
+		recorder: b.NewRecorder(scheme.Scheme, o.DriverName+"/kubelet-plugin")}
+}
+
+// prepareFailed records a Warning on every claim whose prepare failed (the
+// kubelet reports the failure on the pod).
+func (e *eventSink) prepareFailed(claims []*resourceapi.ResourceClaim, results map[types.UID]kubeletplugin.PrepareResult) {
+	if e == nil {
+		return
+	}
+	for _, c := range claims {
+		if r, ok := results[c.UID]; ok && r.Err != nil {
+			e.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonPrepareFailed, "Prepare", "%s", truncateNote(r.Err.Error()))
+		}
+	}
+}
+
+// healthChanged records an event on the claims holding a device whose GPU
+// changed health between prev and cur, and on the pods using them.
+func (e *eventSink) healthChanged(ctx context.Context, prev, cur health.Snapshot, devices map[string]resourceapi.Device) {
+	if e == nil {
+		return
+	}
+	for name, d := range devices {
+		gpu := health.GPUOf(d)
+		before, now := prev.Health(gpu), cur.Health(gpu)
+		if before == now {
+			continue
+		}
+		holders, err := e.store.Holders(name)
+		if err != nil || len(holders) == 0 {
+			continue
+		}
+		kind, reason := corev1.EventTypeWarning, ReasonDeviceUnhealthy
+		note := "device " + name + " (" + gpu + ") is " + string(now) + ": " + cur.Message(gpu)
+		if now == health.Healthy {
+			kind, reason = corev1.EventTypeNormal, ReasonDeviceHealthy
+			note = "device " + name + " (" + gpu + ") is Healthy again"
+		}
+		for _, h := range holders {
+			ns, claimName, _ := strings.Cut(h.Claim, "/")
+			claimRef := &corev1.ObjectReference{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaim",
+				Namespace: ns, Name: claimName, UID: types.UID(h.ClaimUID)}
+			e.recorder.Eventf(claimRef, nil, kind, reason, "HealthCheck", "%s", truncateNote(note))
+			for _, pod := range e.podsOf(ctx, ns, claimName, h.ClaimUID) {
+				e.recorder.Eventf(pod, claimRef, kind, reason, "HealthCheck", "%s", truncateNote(note+" (claim "+h.Claim+")"))
+			}
+		}
+	}
+}
+
+// podsOf lists the pods a claim is reserved for.
+func (e *eventSink) podsOf(ctx context.Context, ns, name, uid string) []*corev1.ObjectReference {
+	c, err := e.client.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || string(c.UID) != uid {
+		return nil
+	}
+	var out []*corev1.ObjectReference
+	for _, r := range c.Status.ReservedFor {
+		if r.Resource == "pods" && r.APIGroup == "" {
+			out = append(out, &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: r.Name, UID: r.UID})
+		}
+	}
+	return out
+}
+
+// truncateNote keeps an event note within the API's 1 kB limit.
+func truncateNote(s string) string {
+	const max = 1000
+	if len(s) <= max {
+		return s
+	}
+	return s[:max-3] + "..."
+}

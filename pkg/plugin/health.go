@@ -1,0 +1,131 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/spf13/pflag"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/pkg/health"
+	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+)
+
+// HealthOptions configure GPU health monitoring.
+type HealthOptions struct {
+	Enabled       bool
+	IgnoredXIDs   string
+	ProbeInterval time.Duration
+	DegradedHold  time.Duration
+	// FaultFile is the simulated-fault control file (simulated mode only).
+	FaultFile string
+}
+
+func (o *Options) addHealthFlags(fs *pflag.FlagSet) {
+	h := &o.Health
+	fs.BoolVar(&h.Enabled, "health-monitoring", env("GPUDRA_HEALTH_MONITORING", "true") == "true",
+		"Watch the GPUs' health through NVML: taint unhealthy devices in the ResourceSlice and report device health to the kubelet. [$GPUDRA_HEALTH_MONITORING]")
+	fs.StringVar(&h.IgnoredXIDs, "health-ignored-xids", env("GPUDRA_HEALTH_IGNORED_XIDS", health.FormatXIDs(health.DefaultIgnoredXIDs)),
+		"Comma-separated XIDs that are caused by applications and leave the GPU healthy. [$GPUDRA_HEALTH_IGNORED_XIDS]")
+	fs.DurationVar(&h.ProbeInterval, "health-probe-interval", 5*time.Second, "How often every GPU is probed (answers, recovery action, ECC counters).")
+	fs.DurationVar(&h.DegradedHold, "health-degraded-hold", 10*time.Minute,
+		"How long a degraded (NoSchedule) condition without a pending recovery action lasts.")
+	fs.StringVar(&h.FaultFile, "simulated-faults-file", env("GPUDRA_SIMULATED_FAULTS_FILE", ""),
+		"Simulated mode only: control file listing injected GPU faults (default <plugin data dir>/simulated-faults). [$GPUDRA_SIMULATED_FAULTS_FILE]")
+}
+
+func (o *Options) faultFile() string {
+	if o.Health.FaultFile != "" {
+		return o.Health.FaultFile
+	}
+	return filepath.Join(o.PluginDataDir(), "simulated-faults")
+}
+
+// healthService connects the monitor to the slice publisher, the kubelet's
+// health stream, claim status and events.
+type healthService struct {
+	mon *health.Monitor
+	pub *publisher
+}
+
+// newHealthService creates the monitor (probed once, not started) or
+// returns nil when monitoring is off.
+func newHealthService(ctx context.Context, o *Options, gpus *GPUNode, pub *publisher) (*healthService, error) {
+	if !o.Health.Enabled {
+		return nil, nil
+	}
+	ignored, err := health.ParseXIDs(o.Health.IgnoredXIDs)
+	if err != nil {
+		return nil, fmt.Errorf("--health-ignored-xids: %w", err)
+	}
+	cfg := health.Config{Lib: gpus.Lib, IgnoredXIDs: ignored, ProbeInterval: o.Health.ProbeInterval, DegradedHold: o.Health.DegradedHold}
+	for _, g := range gpus.Node.GPUs {
+		dev, ret := gpus.Lib.DeviceGetHandleByUUID(g.UUID)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("health monitor: NVML handle of GPU %s: %w", g.UUID, ret)
+		}
+		cfg.GPUs = append(cfg.GPUs, health.GPU{UUID: g.UUID, Name: g.DeviceName(), Device: dev})
+	}
+	hs := &healthService{pub: pub}
+	hs.mon = health.New(cfg)
+	pub.taints = hs.mon.Snapshot
+	// Probe once now, so that the first slice already carries the taints of
+	// GPUs that are broken at start-up.
+	hs.mon.ProbeAll(ctx)
+	return hs, nil
+}
+
+// setMetrics must be called before run.
+func (hs *healthService) setMetrics(m *health.Metrics) { hs.mon.SetMetrics(m) }
+
+// run starts the monitor and republishes the slice with new taints after
+// every change. onChange runs after each republish (events, claim status).
+func (hs *healthService) run(ctx context.Context, onChange func(context.Context, health.Snapshot)) {
+	changes, stop := hs.mon.Subscribe()
+	go func() {
+		defer stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changes:
+			}
+			snap := hs.mon.Snapshot()
+			hs.pub.Retaint(ctx)
+			if onChange != nil {
+				onChange(ctx, snap)
+			}
+		}
+	}()
+	go hs.mon.Run(ctx)
+}
+
+// watch serves one kubelet health stream.
+func (hs *healthService) watch(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	return hs.mon.Stream(ctx, reports, hs.pub.Refs, health.StreamRefresh)
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin: a report of every
+// device at once, after every change and every 10 s.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	if d.health == nil {
+		return kubeletplugin.ErrHealthNotSupported
+	}
+	return d.health.watch(ctx, reports)
+}
+
+// watchSimulatedFaults applies the fault control file to a simulated NVML;
+// on real NVML it does nothing.
+func watchSimulatedFaults(ctx context.Context, o *Options, gpus *GPUNode) {
+	srv, ok := gpus.Lib.(*sim.Server)
+	if !ok {
+		return
+	}
+	ff := sim.NewFaultFile(o.faultFile(), srv)
+	klog.FromContext(ctx).Info("Simulated GPU faults are read from a control file", "path", ff.Path)
+	go ff.Watch(ctx, 500*time.Millisecond)
+}

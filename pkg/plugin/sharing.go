@@ -1,0 +1,118 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/pkg/nvmllib"
+	"github.com/gpudra/gpudra/pkg/sharing"
+	"github.com/gpudra/gpudra/pkg/slice"
+)
+
+// GPU sharing modes of a node (--gpu-sharing).
+const (
+	// SharingExclusive publishes each GPU for one claim at a time.
+	SharingExclusive = "exclusive"
+	// SharingConsumable publishes each GPU as consumable memory shares.
+	SharingConsumable = "consumable"
+)
+
+// Names of the fake tools installed next to the plugin binary for simulated
+// nodes (test/cmd).
+const (
+	fakeNvidiaSMI  = "gpudra-fake-nvidia-smi"
+	fakeMPSControl = "gpudra-fake-mps-control"
+)
+
+func (o *Options) addGPUSharingFlag(fs *pflag.FlagSet) {
+	fs.StringVar(&o.GPUSharing, "gpu-sharing", env("GPU_SHARING", SharingExclusive),
+		"How this node's GPUs are published: 'exclusive' (one claim per GPU, unless claims share one ResourceClaim) or "+
+			"'consumable' (allowMultipleAllocations: several claims each get capacity.requests.memory of one GPU, "+
+			"enforced through an MPS pinned-memory limit). [$GPU_SHARING]")
+}
+
+func (o *Options) addSharingToolFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.NvidiaSMIPath, "nvidia-smi-path", env("NVIDIA_SMI_PATH", ""),
+		"nvidia-smi used to set GPU time slices (NVML has no API for it). Default: <nvidia-driver-root>/usr/bin/nvidia-smi or $PATH; "+
+			"with --simulate, "+fakeNvidiaSMI+" next to this binary. [$NVIDIA_SMI_PATH]")
+	fs.StringVar(&o.MPSControlPath, "mps-control-path", env("MPS_CONTROL_PATH", ""),
+		"nvidia-cuda-mps-control used to run MPS control daemons. Default: <nvidia-driver-root>/usr/bin/nvidia-cuda-mps-control or $PATH; "+
+			"with --simulate, "+fakeMPSControl+" next to this binary. [$MPS_CONTROL_PATH]")
+	fs.StringVar(&o.MPSRoot, "mps-root", env("MPS_ROOT", ""),
+		"Host directory for the MPS daemons' pipe and log directories (mounted into containers). Default: <plugin dir>/mps. [$MPS_ROOT]")
+}
+
+func (o *Options) validateSharing() error {
+	switch o.GPUSharing {
+	case "", SharingExclusive, SharingConsumable:
+		return nil
+	default:
+		return fmt.Errorf("--gpu-sharing=%q: must be %q or %q", o.GPUSharing, SharingExclusive, SharingConsumable)
+	}
+}
+
+func (o *Options) sliceOptions() slice.Options {
+	return slice.Options{MaxDevicesPerSlice: o.maxDevicesPerSlice(), ConsumableMemory: o.GPUSharing == SharingConsumable}
+}
+
+// sharingTools returns the time slicer and MPS control of the node.
+func (o *Options) sharingTools(ctx context.Context) (sharing.TimeSlicer, *sharing.MPSControl, error) {
+	var env []string
+	if o.Simulate != "" {
+		// The fake records the time slices it is given here (e2e reads them).
+		env = []string{sharing.SimulatedStateDirEnv + "=" + filepath.Join(o.PluginDataDir(), "fake-gpu")}
+	} else if lib, err := nvmllib.FindLibrary(o.NvidiaDriverRoot); err == nil && o.NvidiaDriverRoot != "/" {
+		// Tools run from a driver root mounted into the plugin's container
+		// load the driver's libraries from there.
+		env = []string{"LD_LIBRARY_PATH=" + filepath.Dir(lib)}
+	}
+	smi := sharing.NvidiaSMI{Path: o.tool(o.NvidiaSMIPath, "nvidia-smi", fakeNvidiaSMI), Env: env}
+	root := o.MPSRoot
+	if root == "" {
+		root = filepath.Join(o.PluginDataDir(), "mps")
+	}
+	mps, err := sharing.NewMPSControl(sharing.MPSOptions{
+		ControlPath: o.tool(o.MPSControlPath, "nvidia-cuda-mps-control", fakeMPSControl), Root: root, Env: env})
+	if err != nil {
+		return nil, nil, err
+	}
+	klog.FromContext(ctx).Info("GPU sharing tools", "gpuSharing", o.GPUSharing, "nvidiaSMI", smi.Path,
+		"mpsControl", o.tool(o.MPSControlPath, "nvidia-cuda-mps-control", fakeMPSControl), "mpsRoot", root)
+	return smi, mps, nil
+}
+
+// tool resolves a helper binary: the flag, else the fake next to this
+// binary in simulation, else the driver root, else $PATH. It returns "" if
+// none exists; prepares that need it then fail with a message naming the flag.
+func (o *Options) tool(flag, name, fake string) string {
+	if flag != "" {
+		return flag
+	}
+	if o.Simulate != "" {
+		if self, err := os.Executable(); err == nil {
+			p := filepath.Join(filepath.Dir(self), fake)
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+		return ""
+	}
+	if p := filepath.Join(o.NvidiaDriverRoot, "usr", "bin", name); fileExists(p) {
+		return p
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return ""
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -1,0 +1,217 @@
+package sharing
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/checkpoint"
+)
+
+var binDir string
+
+// TestMain builds the fake nvidia-smi and MPS control once: the code under
+// test runs them as real processes, as on a simulated node.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpudra-sharing-test-")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	for _, name := range []string{"gpudra-fake-nvidia-smi", "gpudra-fake-mps-control"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), "github.com/gpudra/gpudra/test/cmd/"+name).CombinedOutput()
+		if err != nil {
+			panic(fmt.Sprintf("build %s: %v\n%s", name, err, out))
+		}
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const (
+	gpuA = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
+	gpuB = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
+	uid  = "12345678-0000-0000-0000-000000000001"
+)
+
+func mpsParams(c v1alpha1.MpsConfig) *v1alpha1.GpuClaimParameters {
+	return &v1alpha1.GpuClaimParameters{Sharing: &v1alpha1.GpuSharing{Strategy: v1alpha1.MPSStrategy, MPS: &c}}
+}
+
+func gi(n int64) *resource.Quantity { return resource.NewQuantity(n<<30, resource.BinarySI) }
+
+func TestPlanMPS(t *testing.T) {
+	ts := &v1alpha1.GpuClaimParameters{Sharing: &v1alpha1.GpuSharing{Strategy: v1alpha1.TimeSlicingStrategy}}
+	both := []string{gpuA, gpuB}
+	tests := []struct {
+		name       string
+		devs       []Device
+		wantNil    bool
+		wantDevs   []string
+		wantLimits []int64
+		wantPct    int32
+		wantErr    string
+	}{
+		{name: "exclusive claim needs no daemon", devs: []Device{{UUID: gpuA, RequestUUIDs: []string{gpuA}}}, wantNil: true},
+		{name: "time slicing needs no daemon", devs: []Device{{UUID: gpuA, Config: ts, RequestUUIDs: []string{gpuA}}}, wantNil: true},
+		{name: "MPS without settings", devs: []Device{{UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{}), RequestUUIDs: []string{gpuA}}},
+			wantDevs: []string{gpuA}},
+		{name: "default and per-device limits", devs: []Device{
+			{UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{DefaultActiveThreadPercentage: ptr.To[int32](30), DefaultPinnedDeviceMemoryLimit: gi(8),
+				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{"1": *gi(2)}}), RequestUUIDs: both},
+			{UUID: gpuB, Config: mpsParams(v1alpha1.MpsConfig{DefaultActiveThreadPercentage: ptr.To[int32](30), DefaultPinnedDeviceMemoryLimit: gi(8),
+				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{"1": *gi(2)}}), RequestUUIDs: both},
+		}, wantDevs: both, wantLimits: []int64{8 << 30, 2 << 30}, wantPct: 30},
+		{name: "a share without config is limited to its memory", devs: []Device{{UUID: gpuA, RequestUUIDs: []string{gpuA}, Share: true, ShareMemory: 20 << 30}},
+			wantDevs: []string{gpuA}, wantLimits: []int64{20 << 30}},
+		{name: "a share with a lower MPS limit keeps it", devs: []Device{{UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{DefaultPinnedDeviceMemoryLimit: gi(5)}),
+			RequestUUIDs: []string{gpuA}, Share: true, ShareMemory: 20 << 30}}, wantDevs: []string{gpuA}, wantLimits: []int64{5 << 30}},
+		{name: "a share with a higher MPS limit is refused", devs: []Device{{Name: "gpu-0", UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{DefaultPinnedDeviceMemoryLimit: gi(21)}),
+			RequestUUIDs: []string{gpuA}, Share: true, ShareMemory: 20 << 30}}, wantErr: "the MPS pinned-memory limit of gpu-0 (21504M) exceeds the memory of its consumable share"},
+		{name: "a time-sliced share is refused", devs: []Device{{Name: "gpu-0", UUID: gpuA, Config: ts, RequestUUIDs: []string{gpuA}, Share: true}},
+			wantErr: "strategy TimeSlicing cannot limit it"},
+		{name: "per-device ordinal beyond the request", devs: []Device{{UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{
+			PerDevicePinnedMemoryLimits: map[string]resource.Quantity{"2": *gi(1)}}), RequestUUIDs: both}},
+			wantErr: `names device "2", but the request has 2 GPU(s) (ordinals 0 to 1)`},
+		{name: "differing thread percentages in one claim", devs: []Device{
+			{Name: "gpu-0", UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{DefaultActiveThreadPercentage: ptr.To[int32](30)}), RequestUUIDs: []string{gpuA}},
+			{Name: "gpu-1", UUID: gpuB, Config: mpsParams(v1alpha1.MpsConfig{DefaultActiveThreadPercentage: ptr.To[int32](60)}), RequestUUIDs: []string{gpuB}},
+		}, wantErr: "gpu-1 asks for defaultActiveThreadPercentage 60, gpu-0 for 30"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := PlanMPS(tc.devs)
+			if tc.wantErr != "" {
+				require.ErrorIs(t, err, ErrUnenforceable)
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			if tc.wantNil {
+				require.Nil(t, d)
+				return
+			}
+			require.Equal(t, tc.wantDevs, d.Devices)
+			require.Equal(t, tc.wantLimits, d.PinnedMemoryLimits)
+			require.Equal(t, tc.wantPct, d.ActiveThreadPercentage)
+		})
+	}
+}
+
+func TestContainerEdits(t *testing.T) {
+	d := &checkpoint.MPSDaemon{Dir: "/var/lib/mps/x", Devices: []string{gpuA, gpuB}, ActiveThreadPercentage: 25,
+		PinnedMemoryLimits: []int64{0, 3 << 30}}
+	env, mounts := ContainerEdits(d, gpuB, []string{gpuB, gpuA})
+	require.Equal(t, []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_LOG_DIRECTORY=/var/log/nvidia-mps",
+		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3072M"}, env,
+		"limits are keyed by the ordinal the container sees")
+	require.Len(t, mounts, 2)
+	require.Equal(t, "/var/lib/mps/x/pipe", mounts[0].HostPath)
+	require.Equal(t, ContainerPipeDir, mounts[0].ContainerPath)
+
+	env, mounts = ContainerEdits(d, "GPU-other", []string{"GPU-other"})
+	require.Nil(t, env)
+	require.Nil(t, mounts)
+	env, _ = ContainerEdits(nil, gpuA, []string{gpuA})
+	require.Nil(t, env)
+}
+
+func TestNvidiaSMI(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	state := t.TempDir()
+	smi := NvidiaSMI{Path: filepath.Join(binDir, "gpudra-fake-nvidia-smi"), Env: []string{SimulatedStateDirEnv + "=" + state}}
+	for _, tc := range []struct {
+		interval v1alpha1.TimeSliceInterval
+		want     string
+	}{{v1alpha1.LongTimeSlice, "3"}, {v1alpha1.ShortTimeSlice, "1"}, {v1alpha1.DefaultTimeSlice, "0"}} {
+		require.NoError(t, smi.SetTimeSlice(ctx, gpuA, tc.interval))
+		b, err := os.ReadFile(filepath.Join(state, "timeslice", gpuA))
+		require.NoError(t, err)
+		require.Equal(t, tc.want, strings.TrimSpace(string(b)))
+	}
+	err := smi.SetTimeSlice(ctx, "not-a-uuid", v1alpha1.LongTimeSlice)
+	require.ErrorContains(t, err, `No devices were found matching "not-a-uuid"`)
+	require.ErrorIs(t, NvidiaSMI{Path: "/nonexistent/nvidia-smi"}.SetTimeSlice(ctx, gpuA, v1alpha1.LongTimeSlice), ErrNoTool)
+	require.ErrorIs(t, NvidiaSMI{}.SetTimeSlice(ctx, gpuA, v1alpha1.LongTimeSlice), ErrNoTool)
+}
+
+func newMPS(t *testing.T, control string) *MPSControl {
+	c, err := NewMPSControl(MPSOptions{ControlPath: control, Root: t.TempDir(), StartTimeout: 5 * time.Second, StopTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	return c
+}
+
+func TestMPSControlStartStopAdopt(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	c := newMPS(t, filepath.Join(binDir, "gpudra-fake-mps-control"))
+	d := &checkpoint.MPSDaemon{Devices: []string{gpuA}, ActiveThreadPercentage: 10, PinnedMemoryLimits: []int64{1 << 30}}
+	require.NoError(t, c.Start(ctx, uid, d))
+	require.True(t, alive(d.PID))
+	require.Equal(t, c.ClaimDir(uid), d.Dir)
+
+	// A second control (a restarted plugin) adopts it.
+	c2 := newMPS(t, filepath.Join(binDir, "gpudra-fake-mps-control"))
+	c2.opts.Root = c.opts.Root
+	started, err := c2.Ensure(ctx, uid, d)
+	require.NoError(t, err)
+	require.False(t, started)
+
+	// A recycled PID that is not our daemon is not adopted.
+	other := *d
+	other.PID = os.Getpid()
+	started, err = c2.Ensure(ctx, "12345678-0000-0000-0000-000000000002", &other)
+	require.NoError(t, err)
+	require.True(t, started)
+	require.NotEqual(t, os.Getpid(), other.PID)
+
+	orphans, err := c2.Orphans(func(u string) bool { return u == uid })
+	require.NoError(t, err)
+	require.Equal(t, []string{"12345678-0000-0000-0000-000000000002"}, orphans)
+
+	require.NoError(t, c2.StopClaim(ctx, uid))
+	require.NoError(t, c2.StopClaim(ctx, orphans[0]))
+	require.Eventually(t, func() bool { return !alive(d.PID) && !alive(other.PID) }, 10*time.Second, 10*time.Millisecond)
+	require.NoDirExists(t, d.Dir)
+	require.NoError(t, c2.StopClaim(ctx, uid), "stopping twice succeeds")
+}
+
+func TestMPSControlStartFailures(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	err := newMPS(t, "/nonexistent/nvidia-cuda-mps-control").Start(ctx, uid, &checkpoint.MPSDaemon{Devices: []string{gpuA}})
+	require.ErrorContains(t, err, "set --mps-control-path")
+	require.ErrorIs(t, newMPS(t, "").Start(ctx, uid, &checkpoint.MPSDaemon{}), ErrNoTool)
+
+	c := newMPS(t, "/bin/false")
+	err = c.Start(ctx, uid, &checkpoint.MPSDaemon{Devices: []string{gpuA}})
+	require.ErrorContains(t, err, "MPS control daemon exited at start")
+	require.NoDirExists(t, c.ClaimDir(uid), "a failed start leaves nothing behind")
+
+	// A daemon that ignores quit is killed.
+	script := filepath.Join(t.TempDir(), "stubborn")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nif [ \"$1\" = -f ]; then mkfifo \"$CUDA_MPS_PIPE_DIRECTORY/control\"; trap '' TERM; exec sleep 600; fi\nexit 0\n"), 0o755))
+	c = newMPS(t, script)
+	c.opts.StopTimeout = 200 * time.Millisecond
+	d := &checkpoint.MPSDaemon{Devices: []string{gpuA}}
+	require.NoError(t, c.Start(ctx, uid, d))
+	require.NoError(t, c.StopClaim(ctx, uid))
+	require.False(t, alive(d.PID))
+	require.Error(t, syscall.Kill(d.PID, 0))
+}
+
+func TestCommands(t *testing.T) {
+	require.Empty(t, Commands(&checkpoint.MPSDaemon{Devices: []string{gpuA}}))
+	require.Equal(t, []string{"set_default_active_thread_percentage 50", "set_default_device_pinned_mem_limit 1 1536M"},
+		Commands(&checkpoint.MPSDaemon{ActiveThreadPercentage: 50, PinnedMemoryLimits: []int64{0, 1536 << 20}}))
+}

@@ -1,0 +1,12 @@
+// Command gpudra-fake-nvidia-smi stands in for nvidia-smi on simulated nodes:
+// `compute-policy -i <uuid> --set-timeslice=<n>` records the level under
+// $GPUDRA_FAKE_GPU_STATE_DIR (see test/fakegpu).
+package main
+
+import (
+	"os"
+
+	"github.com/gpudra/gpudra/test/fakegpu"
+)
+
+func main() { os.Exit(fakegpu.NvidiaSMI(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -1,0 +1,252 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/test/fakecri"
+	"github.com/gpudra/gpudra/test/fakegpu"
+)
+
+// pluginDir is a node's plugin data directory (checkpoint, MPS daemons,
+// the fake nvidia-smi's state).
+func pluginDir(node string) string {
+	return filepath.Join(nodeDir(node), "kubelet", "plugins", driver)
+}
+
+// timeSlice reads the level the fake nvidia-smi last set for a GPU ("" if
+// it was never set).
+func timeSlice(node, uuid string) string {
+	b, err := os.ReadFile(fakegpu.TimeSlicePath(filepath.Join(pluginDir(node), "fake-gpu"), uuid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func waitTimeSlice(t *testing.T, node, uuid, want string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return timeSlice(node, uuid) == want, nil
+	})
+	if err != nil {
+		t.Fatalf("time slice of %s on %s is %q, want %q", uuid, node, timeSlice(node, uuid), want)
+	}
+}
+
+// injection returns what the fake runtime injected into a pod's container.
+func injection(t *testing.T, p *v1.Pod, container string) fakecri.Injection {
+	t.Helper()
+	all, err := fakecri.ReadStateFile(filepath.Join(nodeDir(p.Spec.NodeName), "containers.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if all[i].PodUID == string(p.UID) && all[i].Container == container {
+			return all[i]
+		}
+	}
+	t.Fatalf("no container %s of pod %s/%s in the runtime's state", container, p.Namespace, p.Name)
+	return fakecri.Injection{}
+}
+
+func getenv(t *testing.T, inj fakecri.Injection, key string) string {
+	t.Helper()
+	v, ok := inj.Getenv(key)
+	if !ok {
+		t.Fatalf("container %s of %s has no %s; env: %v", inj.Container, inj.Pod, key, inj.Env)
+	}
+	return v
+}
+
+func TestTimeSlicingTwoPodsOneGPU(t *testing.T) {
+	ns := namespace(t)
+	applySpec(t, ns, spec("10-time-slicing.yaml"))
+	waitRunning(t, ns, "ts-a", "ts-b")
+	a := assertSeesAllocation(t, ns, "ts-a", "cuda")
+	b := assertSeesAllocation(t, ns, "ts-b", "cuda")
+	if len(a) != 1 || len(b) != 1 || a[0].uuid != b[0].uuid {
+		t.Fatalf("both pods must see the one time-sliced GPU: %v vs %v", a, b)
+	}
+	node := pod(t, ns, "ts-a").Spec.NodeName
+	// Medium is level 2 of nvidia-smi compute-policy --set-timeslice.
+	waitTimeSlice(t, node, a[0].uuid, "2")
+	if got := getenv(t, injection(t, pod(t, ns, "ts-b"), "cuda"), "GPUDRA_TIMESLICE_INTERVAL"); got != "Medium" {
+		t.Errorf("GPUDRA_TIMESLICE_INTERVAL=%q, want Medium", got)
+	}
+
+	// One pod going keeps the claim prepared; the last one restores the default.
+	deletePod(t, ns, "ts-a")
+	if got := timeSlice(node, a[0].uuid); got != "2" {
+		t.Errorf("time slice changed to %q while ts-b still runs", got)
+	}
+	deletePod(t, ns, "ts-b")
+	waitTimeSlice(t, node, a[0].uuid, "0")
+}
+
+func TestMPSPodsSeeDaemonAndLimits(t *testing.T) {
+	ns := namespace(t)
+	applySpec(t, ns, spec("11-mps.yaml"))
+	waitRunning(t, ns, "mps-a", "mps-b")
+	a := assertSeesAllocation(t, ns, "mps-a", "cuda")
+	b := assertSeesAllocation(t, ns, "mps-b", "cuda")
+	if a[0].uuid != b[0].uuid {
+		t.Fatalf("both pods must see the claim's GPU: %v vs %v", a, b)
+	}
+	p := pod(t, ns, "mps-a")
+	node := p.Spec.NodeName
+	claim, err := client.ResourceV1().ResourceClaims(ns).Get(context.Background(), "mps-gpu", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemonDir := filepath.Join(pluginDir(node), "mps", string(claim.UID))
+	for _, name := range []string{"mps-a", "mps-b"} {
+		inj := injection(t, pod(t, ns, name), "cuda")
+		for key, want := range map[string]string{
+			"CUDA_MPS_PIPE_DIRECTORY":           "/tmp/nvidia-mps",
+			"CUDA_MPS_LOG_DIRECTORY":            "/var/log/nvidia-mps",
+			"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+			"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  "0=10240M",
+		} {
+			if got := getenv(t, inj, key); got != want {
+				t.Errorf("%s: %s=%q, want %q", name, key, got, want)
+			}
+		}
+		if !slices.ContainsFunc(inj.Mounts, func(m fakecri.Mount) bool {
+			return m.Destination == "/tmp/nvidia-mps" && m.Source == filepath.Join(daemonDir, "pipe")
+		}) {
+			t.Errorf("%s: no mount of the daemon's pipe directory %s; mounts: %+v", name, filepath.Join(daemonDir, "pipe"), inj.Mounts)
+		}
+	}
+	// The daemon serves the GPU with the claim's settings.
+	st := waitDaemonState(t, filepath.Join(daemonDir, "log"), func(s *fakegpu.MPSState) bool { return len(s.PinnedMemLimits) > 0 })
+	if st.ActiveThreadPercentage != 50 || st.PinnedMemLimits["0"] != "10240M" || !slices.Equal(st.Devices, []string{a[0].uuid}) {
+		t.Errorf("daemon state %+v, want 50%% threads, 10240M on %s", st, a[0].uuid)
+	}
+
+	// A plugin killed with -9 adopts the daemon on restart.
+	clusterCmd(t, "restart-plugin", node)
+	rec := readRecord(t, node, string(claim.UID))
+	if rec.MPS == nil || rec.MPS.PID != st.PID || !pidAlive(st.PID) {
+		t.Fatalf("after a plugin restart the daemon %d should be adopted; record: %+v", st.PID, rec.MPS)
+	}
+
+	deletePod(t, ns, "mps-a")
+	deletePod(t, ns, "mps-b")
+	fileGone(t, daemonDir)
+	if pidAlive(st.PID) {
+		t.Errorf("MPS daemon %d still runs after the claim was unprepared", st.PID)
+	}
+}
+
+func waitDaemonState(t *testing.T, logDir string, ok func(*fakegpu.MPSState) bool) *fakegpu.MPSState {
+	t.Helper()
+	var st *fakegpu.MPSState
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		s, err := fakegpu.ReadMPSState(logDir)
+		if err != nil {
+			return false, nil
+		}
+		st = s
+		return ok(s), nil
+	})
+	if err != nil {
+		t.Fatalf("MPS daemon state in %s: %+v (%v)", logDir, st, err)
+	}
+	return st
+}
+
+func readRecord(t *testing.T, node, uid string) *checkpoint.ClaimRecord {
+	t.Helper()
+	bootDir := checkpointDir(node)
+	store, err := checkpoint.Open(checkpoint.Options{Dir: filepath.Dir(bootDir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := store.Get(uid)
+	if err != nil || rec == nil {
+		t.Fatalf("checkpoint record of %s on %s: %v %v", uid, node, rec, err)
+	}
+	return rec
+}
+
+func pidAlive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
+}
+
+func TestConsumableSharesFillOneGPU(t *testing.T) {
+	const node = "gpu-share"
+	clusterCmd(t, "add-node", node+"="+filepath.Join(repoRoot, "test", "cluster", "h100x1.yaml"), "--gpu-sharing=consumable", "--mig=static")
+	t.Cleanup(func() { clusterCmd(t, "remove-node", node) })
+	ns := namespace(t)
+	applySpec(t, ns, spec("12-consumable-shares.yaml"))
+	pods := waitDeployment(t, ns, "app=gpu-shares", 4)
+	var uuid string
+	for _, p := range pods {
+		if p.Spec.NodeName != node {
+			t.Fatalf("pod %s on %s: only %s publishes shareable GPUs", p.Name, p.Spec.NodeName, node)
+		}
+		d := assertSeesAllocation(t, ns, p.Name, "inference")
+		if uuid == "" {
+			uuid = d[0].uuid
+		}
+		if d[0].uuid != uuid {
+			t.Fatalf("all shares should be of the node's one GPU: %s vs %s", d[0].uuid, uuid)
+		}
+		claim, err := client.ResourceV1().ResourceClaims(ns).Get(context.Background(), podClaimNames(&p)[0], metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertShare(t, claim.Status.Allocation.Devices.Results[0], "20Gi")
+		if got := getenv(t, injection(t, &p, "inference"), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"); got != "0=20480M" {
+			t.Errorf("%s: the share must be enforced with a 20Gi MPS limit, got %q", p.Name, got)
+		}
+	}
+
+	if out, err := kubectl("-n", ns, "scale", "deployment/gpu-shares", "--replicas=5"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		evs, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
+		return err == nil && len(evs.Items) > 0, nil
+	})
+	if err != nil {
+		out, _ := kubectl("-n", ns, "get", "pods", "-o", "wide")
+		t.Fatalf("the fifth 20Gi share should not fit the 80Gi GPU (no FailedScheduling event)\n%s", out)
+	}
+	time.Sleep(2 * time.Second)
+	if running := listPods(t, ns, "app=gpu-shares", v1.PodRunning); len(running) != 4 {
+		t.Errorf("exactly 4 shares fit 80Gi, %d run", len(running))
+	}
+}
+
+func assertShare(t *testing.T, r resourceapi.DeviceRequestAllocationResult, memory string) {
+	t.Helper()
+	if r.ShareID == nil {
+		t.Errorf("allocation of %s has no ShareID", r.Device)
+	}
+	got, want := r.ConsumedCapacity["memory"], resource.MustParse(memory)
+	if got.Cmp(want) != 0 {
+		t.Errorf("allocation of %s consumed %s memory, want %s", r.Device, got.String(), memory)
+	}
+}
