@@ -168,7 +168,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	}
 	driver := &Driver{manager: manager, cancel: fatal, health: hs, events: newEventSink(ctx, client, o, store),
 		status: newClaimStatus(client, o, store, pub)}
-	_ = pub.SetBase(ctx, resources) // no helper yet: only recorded
+	_ = pub.SetBase(ctx, resources)          // no helper yet: only recorded
 	fetcher := &claimFetcher{client: client} // see claimfetch.go
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(o.DriverName),
