@@ -131,6 +131,16 @@ func testRollingUpdate(t *testing.T, ns string) {
 	churnRound(t, ns, "roll-0", 8) // the old instance alone
 
 	args := pluginCommand(t)
+	// A new plugin pod has its own network namespace (the chart's DaemonSet
+	// does not use the host network); as a host process here it needs a
+	// metrics port of its own.
+	for i := range args {
+		if args[i] == "--metrics-address" && i+1 < len(args) {
+			args[i+1] = "127.0.0.1:0"
+		} else if strings.HasPrefix(args[i], "--metrics-address=") {
+			args[i] = "--metrics-address=127.0.0.1:0"
+		}
+	}
 	newUID := "new" // short: Unix socket paths have at most 107 bytes
 	logPath := filepath.Join(t.TempDir(), "plugin-new.log")
 	logFile, err := os.Create(logPath)
@@ -154,7 +164,8 @@ func testRollingUpdate(t *testing.T, ns string) {
 			return strings.Contains(string(log), regSocket) && strings.Contains(string(log), `"OperationExecutor.RegisterPlugin started"`), nil
 		})
 		if err != nil {
-			handover <- fmt.Errorf("the kubelet never registered the new instance (%s)", regSocket)
+			log, _ := os.ReadFile(logPath)
+			handover <- fmt.Errorf("the kubelet never registered the new instance (%s); its log:\n%s", regSocket, tail(string(log), 20))
 			return
 		}
 		time.Sleep(time.Second)
