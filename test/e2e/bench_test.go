@@ -25,7 +25,7 @@ import (
 //	make bench-cluster   (or: go test -tags e2e -run '^$' -bench PodCreate -benchtime 50x ./test/e2e)
 func BenchmarkPodCreateToRunning(b *testing.B) {
 	for _, tc := range []struct {
-		name                 string
+		name                string
 		withClaim, existing bool
 	}{{"without-claim", false, false}, {"with-claim", true, false}, {"with-existing-claim", true, true}} {
 		withClaim := tc.withClaim
