@@ -52,6 +52,14 @@ bench-drasock: build k8s-binaries ## NodePrepare/NodeUnprepare over a plugin's d
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
 
+.PHONY: test-faults
+test-faults: build k8s-binaries ## Fault injection on the local cluster: kill -9 at each failpoint under pod churn, corrupt checkpoint, API outage
+	$(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/
+
+.PHONY: bench-report
+bench-report: build k8s-binaries ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
+	test/bench/run.sh
+
 demo: build k8s-binaries ## The README's first command
 	./demo/run.sh
 
@@ -70,7 +78,7 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 lint: vet $(GOLANGCI_LINT) helm-lint ## go vet + golangci-lint + helm lint
-	$(GOLANGCI_LINT) run --build-tags e2e,failpoints $(PKGS)
+	$(GOLANGCI_LINT) run --build-tags e2e,failpoints,faults $(PKGS)
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(dir $@)

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
+	resourcev1 "k8s.io/client-go/kubernetes/typed/resource/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -166,13 +168,17 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	}
 	driver := &Driver{manager: manager, cancel: fatal, health: hs, events: newEventSink(ctx, client, o, store),
 		status: newClaimStatus(client, o, store, pub)}
-	_ = pub.SetBase(ctx, resources) // no helper yet: only recorded
+	_ = pub.SetBase(ctx, resources)          // no helper yet: only recorded
+	fetcher := &claimFetcher{client: client} // see claimfetch.go
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(o.DriverName),
 		kubeletplugin.NodeName(o.NodeName),
-		kubeletplugin.KubeClient(client),
+		kubeletplugin.KubeClient(fetcher.Client()),
+		kubeletplugin.GRPCInterceptor(fetcher.Intercept),
 		kubeletplugin.RegistrarDirectoryPath(o.KubeletRegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(o.PluginDataDir()),
+		kubeletplugin.RegistrarListener(privateSocket),
+		kubeletplugin.PluginListener(privateSocket),
 		// Claims on different GPUs prepare in parallel; the manager locks per device.
 		kubeletplugin.Serialize(false),
 		kubeletplugin.HealthService(hs != nil),
@@ -183,6 +189,9 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	helper, err := kubeletplugin.Start(ctx, driver, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("start kubelet plugin: %w", err)
+	}
+	if err := publishFirst(ctx, client, o.DriverName, o.NodeName, pub.Desired()); err != nil {
+		logger.Error(err, "Could not publish the first ResourceSlice directly; the ResourceSlice controller will")
 	}
 	if err := pub.Attach(ctx, helper); err != nil {
 		helper.Stop()
@@ -202,9 +211,21 @@ func kubeClient(o *Options) (kubernetes.Interface, error) {
 	cfg.QPS = o.KubeAPIQPS
 	cfg.Burst = o.KubeAPIBurst
 	cfg.UserAgent = "gpu-kubelet-plugin"
-	client, err := kubernetes.NewForConfig(cfg)
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create HTTP client for %s: %w", cfg.Host, err)
+	}
+	client, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("create Kubernetes client: %w", err)
 	}
-	return client, nil
+	// Claim reads answer the kubelet's prepare calls one to one and skip the
+	// client-side rate limit (see claimfetch.go).
+	claimCfg := rest.CopyConfig(cfg)
+	claimCfg.QPS, claimCfg.RateLimiter = -1, nil
+	claims, err := resourcev1.NewForConfigAndClient(claimCfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("create Kubernetes client for claims: %w", err)
+	}
+	return unthrottledClaims(client, claims), nil
 }

@@ -86,7 +86,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.addDiscoveryFlags(fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "Kubeconfig file; in-cluster config when empty. [$KUBECONFIG]")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", envFloat("KUBE_API_QPS", 200),
-		"Client-side QPS limit towards the API server. The kubelet plugin helper GETs each claim on prepare, so a low limit directly adds prepare latency. [$KUBE_API_QPS]")
+		"Client-side QPS limit towards the API server (ResourceSlice publishing). Claim reads for prepare calls are exempt: they follow the kubelet's own rate-limited reads one to one. [$KUBE_API_QPS]")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", envInt("KUBE_API_BURST", 400), "Client-side burst towards the API server. [$KUBE_API_BURST]")
 	fs.StringVar(&o.CDIRoot, "cdi-root", env("CDI_ROOT", "/var/run/cdi"), "Directory for the per-claim CDI specs; must be one the container runtime reads. [$CDI_ROOT]")
 	fs.StringVar(&o.KubeletPluginsDir, "kubelet-plugins-directory", env("KUBELET_PLUGINS_DIRECTORY", "/var/lib/kubelet/plugins"),

@@ -12,6 +12,7 @@
 #        cluster.sh start-controller | stop-controller
 #        cluster.sh add-node NODE=PROFILE [PLUGIN-FLAG...] | remove-node NODE
 #        cluster.sh inject-fault NODE GPU xid N|ecc|lost | clear-faults NODE
+#        cluster.sh stop-apiserver | start-apiserver
 #
 #   up              build missing binaries, make the PKI, start everything and
 #                   wait until the nodes are Ready and their ResourceSlices are
@@ -32,6 +33,9 @@
 #                   invalid claim (a server-side dry run); a running
 #                   controller is kept, the configuration applied again
 #   stop-controller delete that webhook configuration, stop the controller
+#   stop-apiserver  stop kube-apiserver (SIGTERM), leaving everything else
+#                   running (fault tests: an API outage)
+#   start-apiserver start it again and wait until /readyz answers
 #   add-node        start the runtime, kubelet and plugin of one more node
 #                   (its own ports and dirs) and wait for its ResourceSlice;
 #                   PLUGIN-FLAGs are extra gpu-kubelet-plugin flags of that
@@ -88,6 +92,13 @@
 #   GPUDRA_SHARED_HOST           1: start even if another kubelet serves the
 #                                host's device-plugin socket (a second dev
 #                                cluster, e.g. from hack/cluster-slot.sh) [0]
+#   GPUDRA_PLUGIN_BIN            plugin binary that start-plugin / restart-plugin
+#                                run, e.g. a -tags failpoints build
+#                                [<bin dir>/gpu-kubelet-plugin]
+#   GPUDRA_FAILPOINTS            passed to the plugins (failpoints builds only)
+#   POD_UID                      passed to the plugins: rolling-update mode,
+#                                sockets named after it (keep it short: a
+#                                Unix socket path has at most 107 bytes)
 #   GPUDRA_KEEP_LOGS             1: `down` copies the logs to
 #                                <cluster-dir>-logs/ before removing the dir [0]
 #   GPUDRA_KEEP_ON_FAILURE       1: a failed `up` leaves the processes running
@@ -329,6 +340,21 @@ cmd_plugin() {
 	fi
 }
 
+# cmd_apiserver ACTION stops or starts kube-apiserver alone.
+cmd_apiserver() {
+	require_root
+	load_settings
+	case $1 in
+	stop) stop_component kube-apiserver TERM ;;
+	start)
+		START_MS=$(now_ms)
+		start_apiserver
+		wait_for "$WAIT_TIMEOUT" "kube-apiserver /readyz" kube-apiserver apiserver_ready
+		log "kube-apiserver ready in $(elapsed)s"
+		;;
+	esac
+}
+
 main() {
 	local cmd=${1:-}
 	shift || true
@@ -340,12 +366,13 @@ main() {
 	stop-plugin | start-plugin | restart-plugin) cmd_plugin "${cmd%-plugin}" "$@" ;;
 	start-controller) cmd_start_controller ;;
 	stop-controller) cmd_stop_controller ;;
+	stop-apiserver | start-apiserver) cmd_apiserver "${cmd%-apiserver}" ;;
 	add-node) cmd_add_node "$@" ;;
 	remove-node) cmd_remove_node "$@" ;;
 	inject-fault) cmd_inject_fault "$@" ;;
 	clear-faults) cmd_clear_faults "$@" ;;
 	-h | --help | help) sed -n '/^# Starts/,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' ;;
-	*) die "usage: $0 up|down|status|kubeconfig|stop-plugin NODE|start-plugin NODE|restart-plugin NODE|start-controller|stop-controller|add-node NODE=PROFILE [PLUGIN-FLAG...]|remove-node NODE|inject-fault NODE GPU FAULT|clear-faults NODE (see --help)" ;;
+	*) die "usage: $0 up|down|status|kubeconfig|stop-plugin NODE|start-plugin NODE|restart-plugin NODE|start-controller|stop-controller|add-node NODE=PROFILE [PLUGIN-FLAG...]|remove-node NODE|inject-fault NODE GPU FAULT|clear-faults NODE|stop-apiserver|start-apiserver (see --help)" ;;
 	esac
 }
 

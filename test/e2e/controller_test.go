@@ -84,7 +84,7 @@ func TestController(t *testing.T) {
 // lockControllerTests keeps two test processes on the shared cluster from
 // starting and stopping the one controller (and adding the same node) at
 // the same time.
-func lockControllerTests(t *testing.T) {
+func lockControllerTests(t testing.TB) {
 	t.Helper()
 	f, err := os.OpenFile(filepath.Join(clusterDir, "controller-e2e.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -98,7 +98,7 @@ func lockControllerTests(t *testing.T) {
 
 // startController starts the controller (stopped again after the test) and
 // returns its /metrics URL, taken from what start-controller prints.
-func startController(t *testing.T) string {
+func startController(t testing.TB) string {
 	t.Helper()
 	cmd := exec.Command(clusterSh, "start-controller")
 	cmd.Env = append(os.Environ(), "GPUDRA_CONTROLLER_WEBHOOK_NAMESPACE_LABEL="+webhookLabel)
@@ -117,7 +117,7 @@ func startController(t *testing.T) string {
 // waitWebhookEffective waits until a server-side dry run of a bad claim is
 // denied: with failurePolicy Ignore, the API server lets claims through until
 // it has the caBundle the controller writes.
-func waitWebhookEffective(t *testing.T, ns string) {
+func waitWebhookEffective(t testing.TB, ns string) {
 	t.Helper()
 	claim := decodeClaim(t, claimWithConfig("probe", driver, badParams, false))
 	var lastErr error
@@ -313,7 +313,7 @@ func kubectlApply(t *testing.T, ns, manifest string) (string, error) {
 	return kubectl("-n", ns, "apply", "-f", f)
 }
 
-func decodeClaim(t *testing.T, manifest string) *resourceapi.ResourceClaim {
+func decodeClaim(t testing.TB, manifest string) *resourceapi.ResourceClaim {
 	t.Helper()
 	c := &resourceapi.ResourceClaim{}
 	if err := yaml.UnmarshalStrict([]byte(manifest), c); err != nil {

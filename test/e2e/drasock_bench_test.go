@@ -10,13 +10,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 )
@@ -34,8 +38,9 @@ import (
 func BenchmarkDRASock(b *testing.B) {
 	const node = "gpu-bench"
 	ns := benchNamespace(b)
-	socket := startBenchPlugin(b, node)
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	fakeNode(b, node)
+	plugin := startBenchPlugin(b, node)
+	conn, err := grpc.NewClient("unix://"+plugin.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -49,6 +54,9 @@ func BenchmarkDRASock(b *testing.B) {
 		single[i] = allocatedClaim(b, ns, fmt.Sprintf("one-%d", i), node, i)
 	}
 	all := allocatedClaim(b, ns, "eight", node, 0, 1, 2, 3, 4, 5, 6, 7)
+	time.Sleep(2 * time.Second) // let start-up work settle before reading idle memory
+	pid := plugin.cmd.Process.Pid
+	idle, idleAnon := procMiB(b, pid, "VmRSS"), procMiB(b, pid, "RssAnon")
 
 	run := func(name string, claims ...*drapb.Claim) {
 		b.Run(name, func(b *testing.B) {
@@ -85,6 +93,13 @@ func BenchmarkDRASock(b *testing.B) {
 		}
 		b.ReportMetric(float64(per*8)/time.Since(start).Seconds(), "cycles/s")
 	})
+	b.Run("plugin-memory", func(b *testing.B) {
+		b.ReportMetric(idle, "rss-idle-MiB")
+		// Anonymous memory only: heap and stacks, without the binary's
+		// mapped pages (file-backed, shared, reclaimable).
+		b.ReportMetric(idleAnon, "rss-anon-idle-MiB")
+		b.ReportMetric(procMiB(b, pid, "VmHWM"), "rss-peak-MiB")
+	})
 }
 
 // cycle prepares and then unprepares claims in one call each.
@@ -113,42 +128,98 @@ func cycle(dra drapb.DRAPluginClient, claims ...*drapb.Claim) (prep, unprep time
 	return prep, time.Since(start), nil
 }
 
+// benchPlugin is a gpu-kubelet-plugin process started by a benchmark.
+type benchPlugin struct {
+	cmd     *exec.Cmd
+	node    string
+	socket  string
+	log     string
+	started time.Time // just before exec
+	served  time.Time // dra.sock seen
+	stopped bool
+}
+
 // startBenchPlugin runs a gpu-kubelet-plugin process for pool node with the
-// admin kubeconfig and returns its dra.sock.
-func startBenchPlugin(b *testing.B, node string) string {
+// admin kubeconfig (simulated dgx-h100, shipped defaults) and waits until it
+// serves dra.sock. A Node object of that name makes the slice publishable.
+func startBenchPlugin(b *testing.B, node string) *benchPlugin {
 	dir := b.TempDir()
 	registry := filepath.Join(dir, "registry")
 	if err := os.MkdirAll(registry, 0o750); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(repoRoot, "_output", "bin", "gpu-kubelet-plugin"),
+	p := &benchPlugin{node: node, log: filepath.Join(dir, "plugin.log"),
+		socket: filepath.Join(dir, "plugins", driver, "dra.sock")}
+	bin := filepath.Join(repoRoot, "_output", "bin", "gpu-kubelet-plugin")
+	if b := os.Getenv("GPUDRA_PLUGIN_BIN"); b != "" { // e.g. another version, for an A/B comparison
+		bin = b
+	}
+	p.cmd = exec.Command(bin,
 		"--node-name", node, "--simulate", "dgx-h100", "--kubeconfig", kubeconfig,
 		"--cdi-root", filepath.Join(dir, "cdi"), "--kubelet-plugins-directory", filepath.Join(dir, "plugins"),
 		"--kubelet-registrar-directory", registry)
-	logFile, err := os.Create(filepath.Join(dir, "plugin.log"))
+	logFile, err := os.Create(p.log)
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	p.started = time.Now()
+	if err := p.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		p.stop()
 		_ = logFile.Close()
 		_, _ = kubectl("delete", "resourceslices", "--field-selector", "spec.nodeName="+node)
 	})
-	socket := filepath.Join(dir, "plugins", driver, "dra.sock")
-	for i := 0; i < 200; i++ {
-		if _, err := os.Stat(socket); err == nil {
-			return socket
+	for i := 0; i < 2000; i++ {
+		if _, err := os.Stat(p.socket); err == nil {
+			p.served = time.Now()
+			return p
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
-	log, _ := os.ReadFile(logFile.Name())
-	b.Fatalf("benchmark plugin did not serve %s:\n%s", socket, log)
-	return ""
+	log, _ := os.ReadFile(p.log)
+	b.Fatalf("benchmark plugin did not serve %s:\n%s", p.socket, log)
+	return nil
+}
+
+func (p *benchPlugin) stop() {
+	if !p.stopped {
+		p.stopped = true
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+}
+
+// procMiB reads a memory field (VmRSS: resident now, VmHWM: peak resident)
+// of a process from /proc in MiB.
+func procMiB(b *testing.B, pid int, field string) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb / 1024
+		}
+	}
+	b.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// fakeNode creates a Node object without a kubelet (the owner of a benchmark
+// plugin's slices) and deletes it when the benchmark ends.
+func fakeNode(b *testing.B, name string) {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"gpudra.io/bench": "true"}}}
+	if _, err := client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
 
 func report(b *testing.B, what string, lat []time.Duration) {

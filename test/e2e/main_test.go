@@ -86,7 +86,7 @@ func kubectl(args ...string) (string, error) {
 }
 
 // clusterCmd runs a cluster.sh subcommand (e.g. restart-plugin gpu-h100).
-func clusterCmd(t *testing.T, args ...string) {
+func clusterCmd(t testing.TB, args ...string) {
 	t.Helper()
 	out, err := exec.Command(clusterSh, args...).CombinedOutput()
 	if err != nil {

@@ -5,8 +5,10 @@
 
 node_dir() { echo "$CLUSTER_DIR/nodes/$1"; }
 kubelet_root() { echo "$(node_dir "$1")/kubelet"; }
-reg_socket() { echo "$(kubelet_root "$1")/plugins_registry/$DRIVER_NAME-reg.sock"; }
-dra_socket() { echo "$(kubelet_root "$1")/plugins/$DRIVER_NAME/dra.sock"; }
+# With POD_UID set (a rolling-update instance, gpu-kubelet-plugin --pod-uid)
+# the helper puts the UID into both socket names.
+reg_socket() { echo "$(kubelet_root "$1")/plugins_registry/$DRIVER_NAME${POD_UID:+-$POD_UID}-reg.sock"; }
+dra_socket() { echo "$(kubelet_root "$1")/plugins/$DRIVER_NAME/dra${POD_UID:+-$POD_UID}.sock"; }
 cri_socket() { echo "$(node_dir "$1")/cri.sock"; }
 
 # node_profile NODE prints the simulated GPU profile of a node.
@@ -140,7 +142,7 @@ start_plugin() {
 	dir=$(node_dir "$node")
 	[[ -f $dir/plugin-flags ]] && mapfile -t extra <"$dir/plugin-flags"
 	# The node's own flags come last: they override the cluster's defaults.
-	start_component "plugin-$node" "$BIN_DIR/gpu-kubelet-plugin" \
+	start_component "plugin-$node" "${GPUDRA_PLUGIN_BIN:-$BIN_DIR/gpu-kubelet-plugin}" \
 		--node-name "$node" \
 		--simulate "$(node_profile "$node")" \
 		--mig "$PLUGIN_MIG" \

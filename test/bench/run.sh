@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# make bench-report: runs gpudra's benchmarks on the local cluster and writes
+# _output/bench/report.md and report.json (figures, targets, reference
+# drivers, machine). The raw `go test -bench` outputs stay next to them.
+#
+# Environment: N_DRASOCK (dra.sock iterations, 200), N_PODS (pods per case,
+# 50), N_START (plugin starts, 5), KEEP_CLUSTER=1 (leave the cluster up),
+# BENCH_ONLY (space-separated subset of: unit drasock startup controller pods scale),
+# SCALE_CLAIMS (claims of the in-process allocator benchmark, 50), SCALE_SHAPES
+# (regexp of the cluster scale shapes, "whole-gpus"; "." adds dynamic-mig).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUTPUT:-$PWD/_output}/bench
+mkdir -p "$out"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+only=" ${BENCH_ONLY:-unit drasock startup controller pods scale} "
+
+test/cluster/cluster.sh up
+if [ "${KEEP_CLUSTER:-0}" != 1 ]; then
+	trap 'test/cluster/cluster.sh down >/dev/null' EXIT
+fi
+export E2E_KEEP_CLUSTER=1
+
+e2e() { # name pattern benchtime
+	[[ $only == *" $1 "* ]] || return 0
+	echo "== $1: go test -tags e2e -run '^\$' -bench '$2' -benchtime $3 ./test/e2e/"
+	go test -tags e2e -run '^$' -bench "$2" -benchtime "$3" -timeout 30m ./test/e2e/ | tee "$out/$1.txt"
+}
+if [[ $only == *" unit "* ]]; then
+	echo "== unit: go test -run '^\$' -bench . -benchtime 2000x ./pkg/prepare/"
+	go test -run '^$' -bench . -benchtime 2000x ./pkg/prepare/ | tee "$out/unit.txt"
+fi
+e2e drasock 'DRASock' "${N_DRASOCK:-200}x"
+e2e startup 'PluginStartup' "${N_START:-5}x"
+e2e controller 'ControllerMemory' 1x
+e2e pods 'PodCreateToRunning' "${N_PODS:-50}x"
+if [[ $only == *" scale "* ]]; then
+	echo "== scale-inproc: go test -run '^\$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice/"
+	SCALE_CLAIMS=${SCALE_CLAIMS:-50} go test -run '^$' -bench SchedulerAllocation -benchtime 1x -timeout 30m ./pkg/slice/ | tee "$out/scale-inproc.txt"
+fi
+# The dynamic-MIG shape costs the scheduler ~30 ms per node filter: through
+# the cluster, 800 claims take tens of minutes, so it runs only on request.
+e2e scale "SchedulerScale/${SCALE_SHAPES:-whole-gpus}" 1x
+
+inputs=()
+for n in unit drasock startup controller pods scale-inproc scale; do
+	[[ $only == *" ${n%-inproc} "* && -f $out/$n.txt ]] && inputs+=("$out/$n.txt")
+done
+go run ./test/cmd/bench-report -out "$out" \
+	-machine "date=$(date -u +%Y-%m-%dT%H:%MZ)" \
+	-machine "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+	-machine "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
+	-machine "cpus=$(nproc)" \
+	-machine "memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)" \
+	-machine "load before=$load_before" \
+	-machine "load after=$(cut -d' ' -f1-3 /proc/loadavg)" \
+	"${inputs[@]}"
+echo "wrote $out/report.md and $out/report.json"
