@@ -43,10 +43,10 @@ bench-cluster: build k8s-binaries ## Pod create->Running with and without a GPU 
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -tags e2e -run '^$$' -bench PodCreateToRunning -benchtime $${N:-50}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/cluster.txt
 
-bench-scale: build k8s-binaries ## Scheduler allocation throughput over 120 simulated GPU nodes and 800 claims (cluster + in-process)
+bench-scale: build k8s-binaries ## Scheduler allocation over 120 simulated GPU nodes, 800 claims (in-process; cluster: SCALE_SHAPES=. adds dynamic MIG)
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -run '^$$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice/ | tee $(OUTPUT)/bench/scale.txt
-	$(GO) test -tags e2e -run '^$$' -bench SchedulerScale -benchtime 1x -timeout 40m ./test/e2e/ | tee -a $(OUTPUT)/bench/scale.txt
+	$(GO) test -tags e2e -run '^$$' -bench "SchedulerScale/$${SCALE_SHAPES:-whole-gpus}" -benchtime 1x -timeout 40m ./test/e2e/ | tee -a $(OUTPUT)/bench/scale.txt
 
 bench-drasock: build k8s-binaries ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API
 	@mkdir -p $(OUTPUT)/bench

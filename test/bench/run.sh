@@ -6,7 +6,8 @@
 # Environment: N_DRASOCK (dra.sock iterations, 200), N_PODS (pods per case,
 # 50), N_START (plugin starts, 5), KEEP_CLUSTER=1 (leave the cluster up),
 # BENCH_ONLY (space-separated subset of: unit drasock startup controller pods scale),
-# SCALE_CLAIMS (claims of the in-process allocator benchmark, 50), SCALE_SHAPES
+# SCALE_CLAIMS (claims of the in-process allocator benchmark; default 800 on
+# whole GPUs, 20 on the dynamic-MIG shapes), SCALE_SHAPES
 # (regexp of the cluster scale shapes, "whole-gpus"; "." adds dynamic-mig).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,7 +37,7 @@ e2e controller 'ControllerMemory' 1x
 e2e pods 'PodCreateToRunning' "${N_PODS:-50}x"
 if [[ $only == *" scale "* ]]; then
 	echo "== scale-inproc: go test -run '^\$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice/"
-	SCALE_CLAIMS=${SCALE_CLAIMS:-50} go test -run '^$' -bench SchedulerAllocation -benchtime 1x -timeout 30m ./pkg/slice/ | tee "$out/scale-inproc.txt"
+	SCALE_CLAIMS=${SCALE_CLAIMS:-} go test -run '^$' -bench SchedulerAllocation -benchtime 1x -timeout 30m ./pkg/slice/ | tee "$out/scale-inproc.txt"
 fi
 # The dynamic-MIG shape costs the scheduler ~30 ms per node filter: through
 # the cluster, 800 claims take tens of minutes, so it runs only on request.
