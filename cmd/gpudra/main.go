@@ -23,6 +23,7 @@ func newCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&context, "context", "", "Kubeconfig context to use.")
 
 	var output, node, driver string
+	var all bool
 	statusCmd := &cobra.Command{
 		Use:   "status",
 		Short: "Per node, every GPU: model, memory, health, taints, and the pod and claim holding it",
@@ -43,12 +44,16 @@ func newCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !all {
+				devices = status.InUse(devices)
+			}
 			return status.Print(cmd.OutOrStdout(), devices, output)
 		},
 	}
 	statusCmd.Flags().StringVarP(&output, "output", "o", "table", "Output format: table or json.")
 	statusCmd.Flags().StringVar(&node, "node", "", "Only this node.")
 	statusCmd.Flags().StringVar(&driver, "driver", v1alpha1.DriverName, "DRA driver name.")
+	statusCmd.Flags().BoolVar(&all, "all", false, "Also list dynamic MIG placements that no claim holds (every placement of every profile).")
 	root.AddCommand(statusCmd)
 	return root
 }

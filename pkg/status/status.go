@@ -29,8 +29,11 @@ type Device struct {
 	Taints  []string `json:"taints,omitempty"`
 	Holders []Holder `json:"holders,omitempty"`
 	Shared  bool     `json:"shared,omitempty"`
-	Slice   string   `json:"slice"`
-	Driver  string   `json:"driver"`
+	// Partition marks a dynamic MIG placement: a device that only exists on
+	// the GPU while a claim holds it (it consumes the GPU's counters).
+	Partition bool   `json:"partition,omitempty"`
+	Slice     string `json:"slice"`
+	Driver    string `json:"driver"`
 }
 
 // Holder is a claim allocated the device, and the pods using that claim.
@@ -62,6 +65,19 @@ func Collect(ctx context.Context, client kubernetes.Interface, driver, node stri
 	return Build(slices.Items, claims.Items, driver, node), nil
 }
 
+// InUse drops the dynamic MIG placements no claim holds: a dynamic-MIG
+// GPU publishes every placement of every profile (26 per H100), which would
+// bury the GPUs themselves; `gpudra status --all` keeps them.
+func InUse(devices []Device) []Device {
+	out := devices[:0:0]
+	for _, d := range devices {
+		if !d.Partition || len(d.Holders) > 0 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // Build joins slices and claims (exported for tests and other front ends).
 func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClaim, driver, node string) []Device {
 	byID := map[string]*Device{}
@@ -84,6 +100,7 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 			if m, ok := d.Capacity["memory"]; ok {
 				dev.Memory = m.Value.String()
 			}
+			dev.Partition = dev.Type == "mig" && len(d.ConsumesCounters) > 0
 			for _, t := range d.Taints {
 				dev.Taints = append(dev.Taints, taintString(t))
 				switch {

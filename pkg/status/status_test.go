@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 )
 
 const driver = "gpu.gpudra.io"
@@ -86,4 +87,26 @@ func TestStatus(t *testing.T) {
 	buf.Reset()
 	require.NoError(t, Print(&buf, nil, "json"))
 	require.Equal(t, "[]\n", buf.String())
+}
+
+func TestInUseHidesIdlePlacements(t *testing.T) {
+	placement := func(name string) resourceapi.Device {
+		d := gpu(name, "NVIDIA H100 80GB HBM3")
+		d.Attributes["type"] = resourceapi.DeviceAttribute{StringValue: ptr.To("mig")}
+		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: "gpu-0-mig"}}
+		return d
+	}
+	static := gpu("gpu-1-mig-1g10gb-0", "NVIDIA H100 80GB HBM3")
+	static.Attributes["type"] = resourceapi.DeviceAttribute{StringValue: ptr.To("mig")}
+	devices := Build([]resourceapi.ResourceSlice{*slice("node-a", driver, gpu("gpu-0", "NVIDIA H100 80GB HBM3"),
+		placement("gpu-0-mig-1g10gb-0"), placement("gpu-0-mig-1g10gb-1"), static)},
+		[]resourceapi.ResourceClaim{*claim("ml", "small", "node-a", "gpu-0-mig-1g10gb-1", "infer-0")}, driver, "")
+	require.Len(t, devices, 4)
+	var names []string
+	for _, d := range InUse(devices) {
+		names = append(names, d.Name)
+	}
+	require.Equal(t, []string{"gpu-0", "gpu-0-mig-1g10gb-1", "gpu-1-mig-1g10gb-0"}, names,
+		"idle dynamic placements are hidden; held ones, GPUs and static MIG devices stay")
+	require.Len(t, devices, 4, "InUse does not modify its input")
 }
