@@ -3,6 +3,7 @@ package slice_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -99,7 +100,9 @@ func allocate(t *testing.T, slices []*resourceapi.ResourceSlice, node string, al
 	return results[0].Devices.Results
 }
 
-// productOf reads back the productName of an allocated device.
+// attrOf reads back an attribute of an allocated device by its name in the
+// slice: ours unqualified ("productName"), standard ones qualified
+// ("resource.kubernetes.io/pcieRoot").
 func attrOf(slices []*resourceapi.ResourceSlice, r resourceapi.DeviceRequestAllocationResult, name resourceapi.QualifiedName) string {
 	for _, s := range slices {
 		if s.Spec.Pool.Name != r.Pool {
@@ -113,6 +116,8 @@ func attrOf(slices []*resourceapi.ResourceSlice, r resourceapi.DeviceRequestAllo
 					return *a.StringValue
 				case a.VersionValue != nil:
 					return *a.VersionValue
+				case a.IntValue != nil:
+					return strconv.FormatInt(*a.IntValue, 10)
 				}
 			}
 		}

@@ -1,17 +1,18 @@
 package slice_test
 
 import (
-	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/gpudra/gpudra/pkg/slice"
 )
 
 const (
-	nvlinkDomain = "gpu.gpudra.io/nvlinkDomain"
+	nvlinkDomain = "gpu.gpudra.io/nvlinkDomain" // as claims name it
 	numaNode     = "resource.kubernetes.io/numaNode"
 	a100         = `device.attributes["gpu.gpudra.io"].productName == "NVIDIA A100-SXM4-40GB"`
 )
@@ -38,18 +39,18 @@ func TestTopologyConstraints(t *testing.T) {
 		claim       *resourceapi.ResourceClaim
 		wantCount   int
 		wantProduct string
-		sameAttr    string // every allocated device has the same, non-empty value
+		sameAttr    resourceapi.QualifiedName // every allocated device has the same, non-empty value
 	}{
 		{name: "2 NVLink-connected GPUs on the mixed node are the A100 pair", node: "gpu-mixed",
 			claim:     gpuClaim("c", request{count: 2, matchAttrs: []string{nvlinkDomain}}),
-			wantCount: 2, wantProduct: "NVIDIA A100-SXM4-40GB", sameAttr: nvlinkDomain},
+			wantCount: 2, wantProduct: "NVIDIA A100-SXM4-40GB", sameAttr: slice.AttrNVLinkDomain},
 		{name: "3 NVLink-connected GPUs do not exist on the mixed node", node: "gpu-mixed",
 			claim: gpuClaim("c", request{count: 3, matchAttrs: []string{nvlinkDomain}})},
 		{name: "no NVLink on the L4 node", node: "gpu-l4",
 			claim: gpuClaim("c", request{count: 2, matchAttrs: []string{nvlinkDomain}})},
 		{name: "all 8 GPUs of a DGX H100 share one NVLink domain", node: "gpu-h100",
 			claim:     gpuClaim("c", request{count: 8, matchAttrs: []string{nvlinkDomain}}),
-			wantCount: 8, sameAttr: nvlinkDomain},
+			wantCount: 8, sameAttr: slice.AttrNVLinkDomain},
 		{name: "an A100 plus any GPU on its NUMA node gets the other A100, not an L4", node: "gpu-mixed",
 			claim:     withCrossConstraint(gpuClaim("c", request{count: 1, selector: a100}, request{count: 1}), numaNode),
 			wantCount: 2, wantProduct: "NVIDIA A100-SXM4-40GB", sameAttr: numaNode},
@@ -66,7 +67,7 @@ func TestTopologyConstraints(t *testing.T) {
 					require.Equal(t, tc.wantProduct, attrOf(slices, r, "productName"))
 				}
 				if tc.sameAttr != "" {
-					values.Insert(attrValue(slices, r, tc.sameAttr))
+					values.Insert(attrOf(slices, r, tc.sameAttr))
 				}
 			}
 			if tc.sameAttr != "" {
@@ -75,29 +76,4 @@ func TestTopologyConstraints(t *testing.T) {
 			}
 		})
 	}
-}
-
-// attrValue reads a string or integer attribute given by its fully
-// qualified name ("gpu.gpudra.io/x" or "resource.kubernetes.io/x").
-func attrValue(slices []*resourceapi.ResourceSlice, r resourceapi.DeviceRequestAllocationResult, fq string) string {
-	for _, s := range slices {
-		for _, d := range s.Spec.Devices {
-			if s.Spec.Pool.Name != r.Pool || d.Name != r.Device {
-				continue
-			}
-			for _, name := range []resourceapi.QualifiedName{resourceapi.QualifiedName(fq), resourceapi.QualifiedName(fq[len("gpu.gpudra.io/"):])} {
-				a, ok := d.Attributes[name]
-				if !ok {
-					continue
-				}
-				switch {
-				case a.StringValue != nil:
-					return *a.StringValue
-				case a.IntValue != nil:
-					return strconv.FormatInt(*a.IntValue, 10)
-				}
-			}
-		}
-	}
-	return ""
 }
