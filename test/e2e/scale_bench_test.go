@@ -17,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -101,7 +102,7 @@ func runScale(b *testing.B, shape scaleShape, nodeCount, podCount int) {
 	for i := 0; i < nodeCount; i++ {
 		name := fmt.Sprintf("%s-n%03d", prefix, i)
 		nodeNames = append(nodeNames, name) // cleaned up even if creation fails half-way
-		if err := createFakeNode(ctx, name); err != nil {
+		if err := createFakeNode(ctx, name, prefix); err != nil {
 			b.Fatal(err)
 		}
 		srv := sim.NewServer(profile, name)
@@ -245,11 +246,11 @@ func scalePod(name, claimName, prefix string) *v1.Pod {
 	}
 }
 
-// createFakeNode registers a Ready node that no kubelet serves.
-func createFakeNode(ctx context.Context, name string) error {
-	prefix := name[:len(name)-len("-n000")]
+// createFakeNode registers a Ready node that no kubelet serves, labelled
+// for the run's pods (gpudra.io/scale=<run>).
+func createFakeNode(ctx context.Context, name, run string) error {
 	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-		"kubernetes.io/hostname": name, "gpudra.io/scale": prefix,
+		"kubernetes.io/hostname": name, "gpudra.io/scale": run,
 	}}}
 	if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create node %s: %w", name, err)
@@ -280,14 +281,12 @@ func createFakeNode(ctx context.Context, name string) error {
 func cleanupScale(b *testing.B, nodeNames, sliceNames []string) {
 	ctx := context.Background()
 	zero := int64(0)
+	onScaleNode := sets.New(nodeNames...)
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err == nil {
 		for _, p := range pods.Items {
-			for _, n := range nodeNames {
-				if p.Spec.NodeName == n {
-					_ = client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-					break
-				}
+			if onScaleNode.Has(p.Spec.NodeName) {
+				_ = client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 			}
 		}
 	}
