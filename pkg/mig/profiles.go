@@ -2,6 +2,7 @@ package mig
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 
@@ -51,11 +52,7 @@ func RestrictProfiles(ctx context.Context, node *model.Node, names []string) {
 		}
 	}
 	if len(unknown) > 0 {
-		all := make([]string, 0, len(known))
-		for n := range known {
-			all = append(all, n)
-		}
-		slices.Sort(all)
+		all := slices.Sorted(maps.Keys(known))
 		logger.Info("Some --mig-profiles are not MIG profiles of this node's GPUs; they are ignored here",
 			"unknown", strings.Join(unknown, ","), "known", strings.Join(all, ","))
 	}
