@@ -62,10 +62,11 @@ func envOr(name, def string) string {
 // control daemon until "quit" (or until its pipe directory is removed, so a
 // torn-down test cluster leaves nothing behind); no arguments sends the
 // commands read from stdin to the daemon. Directories come from
-// CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY as with the real tool.
+// CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY as with the real tool;
+// their defaults are the real tool's, or mps/pipe and mps/log in the state
+// directory when there is one (StateDir: a tool installed in a fake driver root).
 func MPSControl(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	pipeDir := envOr("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
-	logDir := envOr("CUDA_MPS_LOG_DIRECTORY", "/var/log/nvidia-mps")
+	pipeDir, logDir := mpsDirs()
 	switch {
 	case len(args) == 0:
 		return mpsClient(pipeDir, stdin, stderr)
@@ -80,6 +81,15 @@ func MPSControl(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			strings.Join(args, " "))
 		return 2
 	}
+}
+
+// mpsDirs returns the pipe and log directories of MPSControl.
+func mpsDirs() (pipeDir, logDir string) {
+	pipeDir, logDir = "/tmp/nvidia-mps", "/var/log/nvidia-mps"
+	if state, err := StateDir(); err == nil {
+		pipeDir, logDir = filepath.Join(state, "mps", "pipe"), filepath.Join(state, "mps", "log")
+	}
+	return envOr("CUDA_MPS_PIPE_DIRECTORY", pipeDir), envOr("CUDA_MPS_LOG_DIRECTORY", logDir)
 }
 
 func mpsClient(pipeDir string, stdin io.Reader, stderr io.Writer) int {

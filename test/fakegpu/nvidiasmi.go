@@ -17,7 +17,9 @@ import (
 )
 
 // StateDirEnv names the directory where the fake nvidia-smi records the
-// settings it was given (<dir>/timeslice/<uuid>); the plugin sets it.
+// settings it was given (<dir>/timeslice/<uuid>); the plugin sets it. Without
+// it the tools use the state directory of the fake driver root they are
+// installed in (see StateDir).
 const StateDirEnv = sharing.SimulatedStateDirEnv
 
 var uuidRE = regexp.MustCompile(`^(GPU|MIG)-[0-9a-fA-F-]{8,}$`)
@@ -33,11 +35,11 @@ func TimeSlicePath(stateDir, uuid string) string {
 //	compute-policy -i <uuid> --set-timeslice=<0..3>
 //	compute-policy -i <uuid> --get-timeslice
 //
-// and records the level in TimeSlicePath($GPUDRA_FAKE_GPU_STATE_DIR, uuid).
+// and records the level in TimeSlicePath(StateDir(), uuid).
 func NvidiaSMI(args []string, stdout, stderr io.Writer) int {
-	stateDir := os.Getenv(StateDirEnv)
-	if stateDir == "" {
-		_, _ = fmt.Fprintf(stderr, "fake nvidia-smi: $%s is not set\n", StateDirEnv)
+	stateDir, err := StateDir()
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "fake nvidia-smi: %v\n", err)
 		return 2
 	}
 	if len(args) == 0 || args[0] != "compute-policy" {

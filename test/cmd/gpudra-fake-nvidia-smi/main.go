@@ -1,6 +1,7 @@
 // Command gpudra-fake-nvidia-smi stands in for nvidia-smi on simulated nodes:
 // `compute-policy -i <uuid> --set-timeslice=<n>` records the level under
-// $GPUDRA_FAKE_GPU_STATE_DIR (see test/fakegpu).
+// $GPUDRA_FAKE_GPU_STATE_DIR or, installed as <R>/usr/bin/nvidia-smi in a fake
+// driver root, under <R>/var/lib/gpudra-sim (see test/fakegpu, test/fakedriver).
 package main
 
 import (
