@@ -1,0 +1,164 @@
+package fakedriver
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// StubLibrary is a driver library the root holds as a stub: nvcdi mounts
+// every lib*.so.<driver version> of the driver's library directory into
+// containers and creates their SONAME links there.
+type StubLibrary struct {
+	// Base name without ".so.<version>", e.g. "libcuda".
+	Base string
+	// SONAME as in the real driver; the root has the link SONAME ->
+	// <Base>.so.<version>. Empty when the SONAME is the versioned name.
+	SONAME string
+}
+
+// StubLibraries are the compute and utility libraries of the real driver
+// (what NVIDIA_DRIVER_CAPABILITIES=compute,utility gives a container) other
+// than libnvidia-ml, which is the simulated library itself.
+var StubLibraries = []StubLibrary{
+	{"libcuda", "libcuda.so.1"},
+	{"libcudadebugger", "libcudadebugger.so.1"},
+	{"libnvidia-cfg", "libnvidia-cfg.so.1"},
+	{"libnvidia-gpucomp", ""},
+	{"libnvidia-nvvm", "libnvidia-nvvm.so.4"},
+	{"libnvidia-opencl", "libnvidia-opencl.so.1"},
+	{"libnvidia-ptxjitcompiler", "libnvidia-ptxjitcompiler.so.1"},
+}
+
+// NVMLSONAME is the name the plugin dlopens; it links to
+// libnvidia-ml.so.<version>, the copied simulated library.
+const NVMLSONAME = "libnvidia-ml.so.1"
+
+// StubBinaries are the driver binaries nvcdi mounts that have no fake: they
+// exit 1 saying they are stubs.
+var StubBinaries = []string{"nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-server"}
+
+// HookBinary stands in for the toolkit's nvidia-cdi-hook, which CDI specs
+// made by nvcdi name; it does nothing and exits 0.
+const HookBinary = "nvidia-cdi-hook"
+
+// FirmwareFiles are the GSP firmware files, in lib/firmware/nvidia/<version>/,
+// that nvcdi mounts (gsp*.bin).
+var FirmwareFiles = []string{"gsp_ga10x.bin", "gsp_tu10x.bin"}
+
+// Tools maps the names the fake tools get in usr/bin to their builds.
+var Tools = map[string]string{"nvidia-smi": FakeNvidiaSMI, "nvidia-cuda-mps-control": FakeMPSControl}
+
+func (w *writer) libraries(version, nvmlLibrary string) {
+	nvml := "libnvidia-ml.so." + version
+	w.copyFile(nvmlLibrary, filepath.Join(LibDir, nvml), 0o755)
+	w.symlink(nvml, filepath.Join(LibDir, NVMLSONAME))
+	for _, l := range StubLibraries {
+		name := l.Base + ".so." + version
+		soname := l.SONAME
+		if soname == "" {
+			soname = name
+		}
+		w.file(filepath.Join(LibDir, name), stubELF(soname), 0o755)
+		if soname != name {
+			w.symlink(name, filepath.Join(LibDir, soname))
+		}
+	}
+	// Installed by the driver because many programs dlopen it by this name.
+	w.symlink("libcuda.so.1", filepath.Join(LibDir, "libcuda.so"))
+}
+
+func (w *writer) firmware(version string) {
+	for _, f := range FirmwareFiles {
+		w.file(filepath.Join("lib/firmware/nvidia", version, f), []byte("stub GSP firmware of a fake driver root (gpudra test/fakedriver)\n"), 0o644)
+	}
+}
+
+func (w *writer) binaries(toolsDir string) {
+	for name, tool := range Tools {
+		w.copyFile(filepath.Join(toolsDir, tool), filepath.Join(BinDir, name), 0o755)
+	}
+	for _, name := range StubBinaries {
+		script := "#!/bin/sh\necho \"" + name + ": a stub of a fake driver root (gpudra test/fakedriver); there is no GPU\" >&2\nexit 1\n"
+		w.file(filepath.Join(BinDir, name), []byte(script), 0o755)
+	}
+	w.file(filepath.Join(BinDir, HookBinary), []byte("#!/bin/sh\n# nvidia-cdi-hook of a fake driver root (gpudra test/fakedriver): does nothing.\nexit 0\n"), 0o755)
+}
+
+// writer writes into a root; after the first error it does nothing and
+// keeps that error.
+type writer struct {
+	root string
+	err  error
+}
+
+func (w *writer) fail(err error) {
+	if w.err == nil {
+		w.err = err
+	}
+}
+
+func (w *writer) path(rel string) string { return filepath.Join(w.root, rel) }
+
+func (w *writer) mkdir(rel string) {
+	if w.err == nil {
+		w.fail(os.MkdirAll(w.path(rel), 0o755))
+	}
+}
+
+// file writes a new file (never in place: a running process may have the
+// old one mapped) and gives it mode, whatever the umask.
+func (w *writer) file(rel string, data []byte, mode os.FileMode) {
+	w.create(rel, mode, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+func (w *writer) copyFile(src, rel string, mode os.FileMode) {
+	w.create(rel, mode, func(f *os.File) error {
+		in, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = in.Close() }()
+		_, err = io.Copy(f, in)
+		return err
+	})
+}
+
+func (w *writer) create(rel string, mode os.FileMode, fill func(*os.File) error) {
+	w.mkdir(filepath.Dir(rel))
+	if w.err != nil {
+		return
+	}
+	path := w.path(rel)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+	if err != nil {
+		w.fail(err)
+		return
+	}
+	err = fill(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, mode)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		w.fail(err)
+	}
+}
+
+// symlink creates rel -> target (target relative to rel's directory).
+func (w *writer) symlink(target, rel string) {
+	w.mkdir(filepath.Dir(rel))
+	if w.err == nil {
+		w.fail(os.Symlink(target, w.path(rel)))
+	}
+}
