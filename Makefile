@@ -91,6 +91,15 @@ bench: ## Benchmarks (prepare/unprepare, slice building); numbers go in README
 inspect: ## Show what a simulated DGX H100 node would publish
 	$(GO) run ./cmd/gpu-kubelet-plugin inspect --simulate=$${PROFILE:-dgx-h100}
 
+# Fake NVIDIA driver root of a simulated node (test/fakedriver/README.md). Creates device
+# nodes, so it runs as root; re-running refreshes the root and keeps its var/lib/gpudra-sim.
+.PHONY: fake-driver-root
+fake-driver-root: build ## Fake driver root for a simulated node: make fake-driver-root DIR=<dir> PROFILE=<profile> NODE=<node> [PROFILE_DIR=<dir>]
+	@test -n "$(DIR)" -a -n "$(PROFILE)" -a -n "$(NODE)" || \
+	  { echo "usage: make fake-driver-root DIR=<dir> PROFILE=<profile> NODE=<node> [PROFILE_DIR=<dir>]" >&2; exit 2; }
+	$(BIN)/gpudra-fake-driver-root --dir="$(DIR)" --profile="$(PROFILE)" --node="$(NODE)" \
+	  $(if $(PROFILE_DIR),--profile-dir="$(PROFILE_DIR)") --nvml-library=$(OUTPUT)/lib/libnvidia-ml-sim.so
+
 .PHONY: cluster-up cluster-down kubeconfig
 cluster-up: ## Start a local cluster (no Docker) with simulated GPU nodes; see test/cluster/cluster.sh
 	test/cluster/cluster.sh up
