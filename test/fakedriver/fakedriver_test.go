@@ -14,6 +14,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/gpudra/gpudra/pkg/cdi"
+	"github.com/gpudra/gpudra/pkg/nvmllib"
 	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 )
 
@@ -103,6 +104,9 @@ func TestGenerateBuiltinProfiles(t *testing.T) {
 				StateFile: "var/lib/gpudra-sim/nvml-state.json", FaultFile: "var/lib/gpudra-sim/faults"}, *cfg)
 
 			requireLink(t, lib("libnvidia-ml.so.1"), "libnvidia-ml.so."+version)
+			found, err := nvmllib.FindLibrary(root)
+			require.NoError(t, err, "the plugin's library lookup")
+			require.Equal(t, lib("libnvidia-ml.so."+version), found)
 			want, _ := os.ReadFile(opts.NVMLLibrary)
 			got, err := os.ReadFile(lib("libnvidia-ml.so." + version))
 			require.NoError(t, err)
