@@ -55,17 +55,33 @@ func capNodes(major, gi, ci int64) []*cdispec.DeviceNode {
 	}
 }
 
+// hostDevRoot sets the nodes' host paths under root (as the host sees the
+// directory that holds dev/nvidia-caps), when that is not "/".
+func hostDevRoot(nodes []*cdispec.DeviceNode, root string) []*cdispec.DeviceNode {
+	if root == "" || root == "/" {
+		return nodes
+	}
+	for _, n := range nodes {
+		n.HostPath = filepath.Join(root, n.Path)
+	}
+	return nodes
+}
+
 // ProcMIGCaps reads the capability minors of a real node from the driver's
 // /proc/driver/nvidia-caps/mig-minors table and the nvidia-caps major from
 // /proc/devices, once.
 type ProcMIGCaps struct {
 	major  int64
 	minors map[string]int64 // "gpu0/gi3/access" -> minor
+	// hostDevRoot is the host's root of dev/nvidia-caps ("/" normally).
+	hostDevRoot string
 }
 
-// NewProcMIGCaps reads the tables under procRoot (normally /proc).
-func NewProcMIGCaps(procRoot string) (*ProcMIGCaps, error) {
-	c := &ProcMIGCaps{major: -1, minors: map[string]int64{}}
+// NewProcMIGCaps reads the tables under procRoot (normally /proc). The
+// capability nodes are named under hostDevRoot on the host ("/" normally; a
+// containerized or simulated driver root brings its own dev/).
+func NewProcMIGCaps(procRoot, hostDevRoot string) (*ProcMIGCaps, error) {
+	c := &ProcMIGCaps{major: -1, minors: map[string]int64{}, hostDevRoot: hostDevRoot}
 	if err := scanPairs(filepath.Join(procRoot, "devices"), func(a, b string) {
 		if b == "nvidia-caps" {
 			c.major, _ = strconv.ParseInt(a, 10, 64)
@@ -95,7 +111,7 @@ func (c *ProcMIGCaps) Nodes(gpuMinor, giID, ciID int) ([]*cdispec.DeviceNode, er
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("the driver's mig-minors table has no %s or %s", giKey, ciKey)
 	}
-	return capNodes(c.major, gi, ci), nil
+	return hostDevRoot(capNodes(c.major, gi, ci), c.hostDevRoot), nil
 }
 
 // scanPairs calls f with the first two fields of every line of a file.

@@ -5,6 +5,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
+	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform"
+	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform/root"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/pkg/model"
@@ -12,17 +14,25 @@ import (
 
 // NvcdiEdits asks NVIDIA's nvcdi library (nvidia-container-toolkit) for the
 // edits of a real node: device nodes, driver libraries, binaries and hooks
-// found under the driver root.
+// found under the driver root. The plugin may see the driver root at another
+// path than the host does (the chart mounts it at /driver-root); the edits
+// name host paths, since the container runtime resolves them on the host.
 type NvcdiEdits struct {
-	lib nvcdi.Interface
+	lib     nvcdi.Interface
+	toHost  []transform.Transformer
+	devRoot string
 }
 
 // NvcdiOptions configure NewNvcdiEdits.
 type NvcdiOptions struct {
-	// DriverRoot is where the driver is installed on the host ("/" or e.g. /run/nvidia/driver).
+	// DriverRoot is where the driver is installed, as this process sees it.
 	DriverRoot string
-	// DevRoot is where /dev of the host is visible; defaults to DriverRoot.
+	// HostDriverRoot is the same directory as the host sees it; defaults to DriverRoot.
+	HostDriverRoot string
+	// DevRoot is the root of the dev/nvidia* nodes as this process sees it; defaults to DriverRoot.
 	DevRoot string
+	// HostDevRoot is the same directory as the host sees it; defaults to DevRoot.
+	HostDevRoot string
 	// HookPath is the host path of nvidia-cdi-hook used by the generated hooks.
 	HookPath string
 }
@@ -46,7 +56,32 @@ func NewNvcdiEdits(lib nvml.Interface, opts NvcdiOptions) (*NvcdiEdits, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create nvcdi library (driver root %q): %w", opts.DriverRoot, err)
 	}
-	return &NvcdiEdits{lib: l}, nil
+	n := &NvcdiEdits{lib: l, devRoot: devRoot}
+	n.toHost = append(n.toHost, hostRoot(opts.DriverRoot, opts.HostDriverRoot))
+	if devRoot != opts.DriverRoot {
+		n.toHost = append(n.toHost, hostRoot(devRoot, opts.HostDevRoot))
+	}
+	return n, nil
+}
+
+// hostRoot rewrites host paths under seen (as this process sees the
+// directory) to host (as the host sees it); empty host means the same.
+func hostRoot(seen, host string) transform.Transformer {
+	if host == "" {
+		host = seen
+	}
+	return root.New(root.WithRoot(seen), root.WithTargetRoot(host), root.WithRelativeTo("host"))
+}
+
+// onHost applies the host-path transforms to edits.
+func (n *NvcdiEdits) onHost(e *cdispec.ContainerEdits) (*cdispec.ContainerEdits, error) {
+	spec := &cdispec.Spec{ContainerEdits: *e}
+	for _, t := range n.toHost {
+		if err := t.Transform(spec); err != nil {
+			return nil, fmt.Errorf("rewrite the driver root's paths to host paths: %w", err)
+		}
+	}
+	return &spec.ContainerEdits, nil
 }
 
 // Common implements EditsProvider.
@@ -58,7 +93,7 @@ func (n *NvcdiEdits) Common() (*cdispec.ContainerEdits, error) {
 	if e == nil || e.ContainerEdits == nil {
 		return &cdispec.ContainerEdits{}, nil
 	}
-	return e.ContainerEdits, nil
+	return n.onHost(e.ContainerEdits)
 }
 
 // Device implements EditsProvider.
@@ -71,5 +106,5 @@ func (n *NvcdiEdits) Device(gpu *model.GPU) (*cdispec.ContainerEdits, error) {
 		return nil, fmt.Errorf("nvcdi returned %d device specs for %s, expected 1", len(devs), gpu.UUID)
 	}
 	e := devs[0].ContainerEdits
-	return &e, nil
+	return n.onHost(&e)
 }

@@ -28,6 +28,9 @@ var LibrarySearchDirs = []string{
 	"/usr/local/nvidia/lib64", // driver installed by a container, e.g. on GKE
 }
 
+// noGPUHint tells a user without GPUs what to do instead.
+const noGPUHint = "or point --nvidia-driver-root at a simulated driver root (make fake-driver-root) to run without GPUs"
+
 // ErrLibraryNotFound is returned (wrapped) when no NVML library is found.
 var ErrLibraryNotFound = errors.New("NVML library not found")
 
@@ -44,8 +47,8 @@ func FindLibrary(driverRoot string) (string, error) {
 		return "", fmt.Errorf("driver root %q: %w", driverRoot, err)
 	}
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
-		return "", fmt.Errorf("%w: driver root %q is not a directory; set --nvidia-driver-root to where the NVIDIA driver is installed, or use --simulate=<profile> to run without GPUs",
-			ErrLibraryNotFound, driverRoot)
+		return "", fmt.Errorf("%w: driver root %q is not a directory; set --nvidia-driver-root to where the NVIDIA driver is installed; %s",
+			ErrLibraryNotFound, driverRoot, noGPUHint)
 	}
 	var problems []string
 	for _, dir := range LibrarySearchDirs {
@@ -66,8 +69,8 @@ func FindLibrary(driverRoot string) (string, error) {
 	if len(problems) > 0 {
 		msg += " (" + strings.Join(problems, "; ") + ")"
 	}
-	return "", fmt.Errorf("%w: %s; set --nvidia-driver-root to where the NVIDIA driver is installed (\"/\" for a driver on the host, /run/nvidia/driver with the GPU Operator), or use --simulate=<profile> to run without GPUs",
-		ErrLibraryNotFound, msg)
+	return "", fmt.Errorf("%w: %s; set --nvidia-driver-root to where the NVIDIA driver is installed (\"/\" for a driver on the host, /run/nvidia/driver with the GPU Operator), %s",
+		ErrLibraryNotFound, msg, noGPUHint)
 }
 
 // maxSymlinks bounds symbolic link resolution, like the kernel's limit.

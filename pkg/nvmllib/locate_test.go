@@ -81,7 +81,7 @@ func TestFindLibraryNotFoundMessage(t *testing.T) {
 	root := tree(t, "usr/lib/")
 	_, err := FindLibrary(root)
 	require.ErrorIs(t, err, ErrLibraryNotFound)
-	for _, want := range []string{LibraryName, root, "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "--nvidia-driver-root", "--simulate", "/run/nvidia/driver"} {
+	for _, want := range []string{LibraryName, root, "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "--nvidia-driver-root", "make fake-driver-root", "/run/nvidia/driver"} {
 		assert.Contains(t, err.Error(), want)
 	}
 

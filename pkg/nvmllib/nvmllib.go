@@ -1,74 +1,21 @@
 // Package nvmllib opens the NVML library the plugin discovers GPUs with:
-// either the real libnvidia-ml.so.1 of the installed NVIDIA driver, or a
-// simulated one built from a profile (package sim), behind the same
-// nvml.Interface.
+// libnvidia-ml.so.1 of the NVIDIA driver installed under a driver root. A
+// simulated node is a fake driver root whose libnvidia-ml is built from
+// package sim (test/nvmlsim); the plugin cannot tell the difference and has
+// no other code path.
 package nvmllib
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 )
 
-// Options selects and configures the NVML backend.
-type Options struct {
-	// DriverRoot is where the NVIDIA driver is installed: "/" (the default)
-	// for a driver on the host, /run/nvidia/driver with the GPU Operator.
-	DriverRoot string
-	// Simulate is a simulation profile name or a path to a profile file.
-	// Empty selects the real NVML library.
-	Simulate string
-	// ProfileDirs are extra directories holding user profiles (<name>.yaml).
-	ProfileDirs []string
-	// NodeName seeds the simulated UUIDs so that they are stable per node.
-	// When empty the host name is used.
-	NodeName string
-	// SimStateFile, in simulation, keeps the simulated GPUs' MIG state
-	// across restarts of the process (see sim.Server.PersistTo).
-	SimStateFile string
-	// SimStateReadOnly reads SimStateFile but never writes it (inspect).
-	SimStateReadOnly bool
-}
-
-// New returns an initialized NVML library; the caller must call Shutdown
-// when done with it.
-func New(opts Options) (nvml.Interface, error) {
-	if opts.Simulate != "" {
-		return newSimulated(opts)
-	}
-	return newReal(opts.DriverRoot)
-}
-
-func newSimulated(opts Options) (nvml.Interface, error) {
-	p, err := sim.Load(opts.Simulate, opts.ProfileDirs)
-	if err != nil {
-		return nil, err
-	}
-	node := opts.NodeName
-	if node == "" {
-		if node, err = os.Hostname(); err != nil {
-			return nil, fmt.Errorf("simulated NVML needs a node name to derive GPU UUIDs, and the host name is unavailable: %w", err)
-		}
-	}
-	s := sim.NewServer(p, node)
-	switch {
-	case opts.SimStateFile != "" && opts.SimStateReadOnly:
-		if err := s.RestoreFrom(opts.SimStateFile); err != nil {
-			return nil, err
-		}
-	case opts.SimStateFile != "":
-		if err := s.PersistTo(opts.SimStateFile); err != nil {
-			return nil, err
-		}
-	}
-	if ret := s.Init(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("initializing simulated NVML for profile %q: %w", p.Name, ret)
-	}
-	return s, nil
+// New opens and initializes libnvidia-ml.so.1 under driverRoot ("/" when
+// empty); the caller must call Shutdown when done with it.
+func New(driverRoot string) (nvml.Interface, error) {
+	return newReal(driverRoot)
 }
 
 // newLibrary opens the real library; tests replace it.
@@ -137,6 +84,5 @@ func initHint(ret nvml.Return) string {
 		return "the library does not match the version of the loaded kernel module; point --nvidia-driver-root at the driver " +
 			"that is loaded, or reboot the node to finish a driver upgrade"
 	}
-	return "check the driver installation (nvidia-smi on the host) and the kernel log for NVIDIA errors, " +
-		"or use --simulate=<profile> to run without GPUs"
+	return "check the driver installation (nvidia-smi on the host) and the kernel log for NVIDIA errors, " + noGPUHint
 }

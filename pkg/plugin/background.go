@@ -12,8 +12,8 @@ import (
 
 // startBackground starts what runs beside the kubelet's calls: the health
 // monitor (and with it taint publishing, health events and claim status
-// refreshes), the claim status writer, and in simulation the fault file.
-func (d *Driver) startBackground(ctx context.Context, o *Options, gpus *GPUNode) {
+// refreshes) and the claim status writer.
+func (d *Driver) startBackground(ctx context.Context) {
 	if d.status != nil {
 		if d.health != nil {
 			d.status.health = d.health.mon.Snapshot
@@ -25,7 +25,6 @@ func (d *Driver) startBackground(ctx context.Context, o *Options, gpus *GPUNode)
 	if d.health == nil {
 		return
 	}
-	watchSimulatedFaults(ctx, o, gpus)
 	prev := d.health.mon.Snapshot()
 	d.health.run(ctx, func(ctx context.Context, cur health.Snapshot) {
 		d.events.healthChanged(ctx, prev, cur, d.health.pub.Devices())

@@ -197,7 +197,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		helper.Stop()
 		return nil, fmt.Errorf("publish ResourceSlices: %w", err)
 	}
-	driver.startBackground(ctx, o, gpus)
+	driver.startBackground(ctx)
 	logger.Info("gpu-kubelet-plugin running", "node", o.NodeName, "driver", o.DriverName, "gpus", len(gpus.Node.GPUs),
 		"cdiRoot", o.CDIRoot, "dataDir", o.PluginDataDir())
 	return &Plugin{Helper: helper, Manager: manager, MetricsAddr: metricsAddr, gpus: gpus}, nil

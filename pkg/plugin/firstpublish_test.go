@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpudra/gpudra/pkg/slice"
+	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
 // sliceAPI is a fake API server that, like the real one, fills in names from
@@ -43,7 +44,7 @@ func sliceAPI(t *testing.T) (*fake.Clientset, *atomic.Int32) {
 }
 
 func testResources(t *testing.T, maxPerSlice int) resourceslice.DriverResources {
-	node, err := OpenNode(context.Background(), &Options{Simulate: "dgx-h100"})
+	node, err := OpenNode(context.Background(), &Options{NvidiaDriverRoot: fakedriver.ForTest(t, "dgx-h100", "node-a")})
 	require.NoError(t, err)
 	t.Cleanup(node.Close)
 	res, err := slice.Resources("node-a", node.Node, slice.Options{MaxDevicesPerSlice: maxPerSlice})

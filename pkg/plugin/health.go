@@ -3,16 +3,13 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/pflag"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/pkg/health"
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 )
 
 // HealthOptions configure GPU health monitoring.
@@ -21,8 +18,6 @@ type HealthOptions struct {
 	IgnoredXIDs   string
 	ProbeInterval time.Duration
 	DegradedHold  time.Duration
-	// FaultFile is the simulated-fault control file (simulated mode only).
-	FaultFile string
 }
 
 func (o *Options) addHealthFlags(fs *pflag.FlagSet) {
@@ -34,15 +29,6 @@ func (o *Options) addHealthFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&h.ProbeInterval, "health-probe-interval", 5*time.Second, "How often every GPU is probed (answers, recovery action, ECC counters).")
 	fs.DurationVar(&h.DegradedHold, "health-degraded-hold", 10*time.Minute,
 		"How long a degraded (NoSchedule) condition without a pending recovery action lasts.")
-	fs.StringVar(&h.FaultFile, "simulated-faults-file", env("GPUDRA_SIMULATED_FAULTS_FILE", ""),
-		"Simulated mode only: control file listing injected GPU faults (default <plugin data dir>/simulated-faults). [$GPUDRA_SIMULATED_FAULTS_FILE]")
-}
-
-func (o *Options) faultFile() string {
-	if o.Health.FaultFile != "" {
-		return o.Health.FaultFile
-	}
-	return filepath.Join(o.PluginDataDir(), "simulated-faults")
 }
 
 // healthService connects the monitor to the slice publisher, the kubelet's
@@ -116,16 +102,4 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 		return kubeletplugin.ErrHealthNotSupported
 	}
 	return d.health.watch(ctx, reports)
-}
-
-// watchSimulatedFaults applies the fault control file to a simulated NVML;
-// on real NVML it does nothing.
-func watchSimulatedFaults(ctx context.Context, o *Options, gpus *GPUNode) {
-	srv, ok := gpus.Lib.(*sim.Server)
-	if !ok {
-		return
-	}
-	ff := sim.NewFaultFile(o.faultFile(), srv)
-	klog.FromContext(ctx).Info("Simulated GPU faults are read from a control file", "path", ff.Path)
-	go ff.Watch(ctx, 500*time.Millisecond)
 }

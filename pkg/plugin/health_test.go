@@ -23,6 +23,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	drahealth "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
 // TestHealthPath starts the plugin in simulation with health monitoring,
@@ -114,7 +116,7 @@ func TestHealthPath(t *testing.T) {
 	}
 	client.PrependReactor("create", "resourceslices", refuse)
 	client.PrependReactor("update", "resourceslices", refuse)
-	require.NoError(t, os.WriteFile(o.faultFile(), []byte("gpu-5 xid 79\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(o.NvidiaDriverRoot, fakedriver.FaultFile), []byte("gpu-5 xid 79\n"), 0o600))
 	poll("NoExecute taint on gpu-5", func() bool {
 		ts := taints()
 		return len(ts) > 0 && ts[len(ts)-1].Key == "gpu.gpudra.io/xid" && ts[len(ts)-1].Effect == resourceapi.DeviceTaintEffectNoExecute
@@ -141,7 +143,7 @@ func TestHealthPath(t *testing.T) {
 		return false
 	})
 
-	require.NoError(t, os.WriteFile(o.faultFile(), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(o.NvidiaDriverRoot, fakedriver.FaultFile), nil, 0o600))
 	poll("taint removed after the repair", func() bool { return len(taints()) == 0 })
 	awaitHealth(drahealth.HealthStatus_HEALTHY)
 

@@ -25,7 +25,6 @@ func Inspect(ctx context.Context, o *Options) (*Inspection, error) {
 	if o.NodeName == "" {
 		o.NodeName = "localhost"
 	}
-	o.inspectOnly = true
 	gpus, err := OpenNode(ctx, o)
 	if err != nil {
 		return nil, err

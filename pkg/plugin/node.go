@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
@@ -21,21 +20,15 @@ type GPUNode struct {
 	Node *model.Node
 }
 
-// OpenNode opens the real or simulated NVML and discovers the node's GPUs.
+// OpenNode opens NVML under the driver root and discovers the node's GPUs.
 // Close it with Close.
 func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
-	lib, err := nvmllib.New(nvmllib.Options{
-		DriverRoot:       o.NvidiaDriverRoot,
-		Simulate:         o.Simulate,
-		ProfileDirs:      o.ProfileDirs,
-		NodeName:         o.NodeName,
-		SimStateFile:     o.simStateFile(),
-		SimStateReadOnly: o.inspectOnly,
-	})
+	roots := o.roots()
+	lib, err := nvmllib.New(roots.Driver)
 	if err != nil {
 		return nil, err
 	}
-	node, err := discovery.Discover(ctx, lib, discovery.Options{})
+	node, err := discovery.Discover(ctx, lib, discovery.Options{SysfsRoot: roots.Sys})
 	if err != nil {
 		_ = lib.Shutdown() // already failing; the discovery error is the one to report
 		return nil, fmt.Errorf("discover GPUs: %w", err)
@@ -48,7 +41,7 @@ func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
 	mig.Apply(node, mode)
 	mig.RestrictProfiles(ctx, node, o.MIGProfiles)
 	klog.FromContext(ctx).Info("Discovered GPUs", "mig", mode, "count", len(node.GPUs), "driverVersion", node.DriverVersion,
-		"cudaDriverVersion", node.CUDADriverVersion, "simulated", o.Simulate != "")
+		"cudaDriverVersion", node.CUDADriverVersion, "driverRoot", roots.Driver, "hostDriverRoot", roots.HostDriver)
 	return &GPUNode{Lib: lib, Node: node}, nil
 }
 
@@ -59,44 +52,30 @@ func (n *GPUNode) Close() {
 	}
 }
 
-// Edits returns the CDI edits provider for the node: nvcdi's view of the
-// driver on real nodes, synthesized device nodes in simulation. Computed once.
+// Edits returns the CDI edits of the node's GPUs, found by NVIDIA's nvcdi
+// under the driver root and named as the host sees them. Computed once.
 func (n *GPUNode) Edits(o *Options) (*cdi.CachedEdits, error) {
-	var p cdi.EditsProvider = cdi.SimulatedEdits{}
-	if o.Simulate == "" {
-		real, err := cdi.NewNvcdiEdits(n.Lib, cdi.NvcdiOptions{DriverRoot: o.NvidiaDriverRoot, HookPath: o.NvidiaCDIHookPath})
-		if err != nil {
-			return nil, err
-		}
-		p = real
+	r := o.roots()
+	p, err := cdi.NewNvcdiEdits(n.Lib, cdi.NvcdiOptions{DriverRoot: r.Driver, HostDriverRoot: r.HostDriver,
+		DevRoot: r.Dev, HostDevRoot: r.HostDev, HookPath: o.NvidiaCDIHookPath})
+	if err != nil {
+		return nil, err
 	}
 	return cdi.NewCachedEdits(p, n.Node.GPUs)
 }
 
-// simStateFile is where the simulated MIG state lives: the flag, or by
-// default in the plugin's directory (not for inspect, which only reads).
-func (o *Options) simStateFile() string {
-	if o.SimStateFile != "" || o.inspectOnly || o.Simulate == "" {
-		return o.SimStateFile
-	}
-	return filepath.Join(o.PluginDataDir(), "simulated-nvml.json")
-}
-
 // EnableMIG lets the CDI writer describe MIG devices when the node publishes
-// any: simulated capability nodes, or the driver's table on a real node.
+// any, from the driver's table of MIG capability devices.
 func (n *GPUNode) EnableMIG(o *Options, w *cdi.Writer) error {
 	needed := false
 	for _, g := range n.Node.GPUs {
 		needed = needed || g.Partitioning != model.WholeGPU
 	}
-	switch {
-	case !needed:
-		return nil
-	case o.Simulate != "":
-		w.SetMIGCaps(cdi.SimulatedMIGCaps{})
+	if !needed {
 		return nil
 	}
-	caps, err := cdi.NewProcMIGCaps("/proc")
+	r := o.roots()
+	caps, err := cdi.NewProcMIGCaps(r.Proc, r.HostDev)
 	if err != nil {
 		return fmt.Errorf("MIG devices are published but their capability device nodes are unknown: %w", err)
 	}

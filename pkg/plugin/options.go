@@ -30,9 +30,8 @@ type Options struct {
 	KubeletRegistrarDir string
 	PodUID              string
 	NvidiaDriverRoot    string
+	HostDriverRoot      string
 	NvidiaCDIHookPath   string
-	Simulate            string
-	ProfileDirs         []string
 	CheckpointSyncDir   bool
 	MetricsAddress      string
 	MaxDevicesPerSlice  int
@@ -40,10 +39,6 @@ type Options struct {
 	MIG string
 	// MIGProfiles limits the profiles dynamic MIG publishes (--mig-profiles).
 	MIGProfiles []string
-	// SimStateFile keeps the simulated MIG state (simulation only).
-	SimStateFile string
-	// inspectOnly: the inspect command, which never changes NVML state.
-	inspectOnly bool
 	// Sharing: see sharing.go.
 	GPUSharing     string
 	NvidiaSMIPath  string
@@ -57,11 +52,11 @@ func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", env("NODE_NAME", ""), "Name of this node; the pool name and the owner of its ResourceSlices. [$NODE_NAME]")
 	fs.StringVar(&o.DriverName, "driver-name", env("DRIVER_NAME", v1alpha1.DriverName), "DRA driver name. [$DRIVER_NAME]")
 	fs.StringVar(&o.NvidiaDriverRoot, "nvidia-driver-root", env("NVIDIA_DRIVER_ROOT", "/"),
-		"Root under which the NVIDIA driver is installed (e.g. /run/nvidia/driver with the GPU operator). [$NVIDIA_DRIVER_ROOT]")
-	fs.StringVar(&o.Simulate, "simulate", env("GPUDRA_SIMULATE", ""),
-		"Use a simulated NVML with this profile (built-in name such as dgx-h100, or a profile file) instead of the real driver. [$GPUDRA_SIMULATE]")
-	fs.StringSliceVar(&o.ProfileDirs, "profile-dir", envList("GPUDRA_PROFILE_DIRS"),
-		"Directories with additional simulation profiles (<name>.yaml). [$GPUDRA_PROFILE_DIRS, comma-separated]")
+		"Root under which the NVIDIA driver is installed, as this process sees it (the chart mounts the host's driver root at /driver-root). "+
+			"A simulated driver root (make fake-driver-root) runs the same code without GPUs. [$NVIDIA_DRIVER_ROOT]")
+	fs.StringVar(&o.HostDriverRoot, "host-driver-root", env("HOST_DRIVER_ROOT", ""),
+		"The same driver root as the host (and so the container runtime) sees it, e.g. / or /run/nvidia/driver; CDI specs name host paths. "+
+			"Default: --nvidia-driver-root (the plugin runs on the host). [$HOST_DRIVER_ROOT]")
 	fs.IntVar(&o.MaxDevicesPerSlice, "max-devices-per-slice", 128, "Split the pool into ResourceSlices of at most this many devices (API maximum 128).")
 	fs.StringVar(&o.MIG, "mig", env("GPUDRA_MIG", "static"),
 		"MIG handling: static (GPUs in MIG mode publish their existing MIG devices; the plugin never changes MIG configuration), "+
@@ -70,16 +65,11 @@ func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.MIGProfiles, "mig-profiles", envList("GPUDRA_MIG_PROFILES"),
 		"With --mig=dynamic: publish only these MIG profiles (e.g. 1g.10gb,3g.40gb; default all). Fewer devices per GPU make scheduling "+
 			"on the node cheaper; the GPU's MIG counters are unchanged. [$GPUDRA_MIG_PROFILES, comma-separated]")
-	fs.StringVar(&o.SimStateFile, "sim-state-file", env("GPUDRA_SIM_STATE_FILE", ""),
-		"With --simulate: file that keeps the simulated GPUs' MIG state across restarts (default for the plugin: <plugin dir>/simulated-nvml.json; inspect reads it to show a running plugin's MIG devices). [$GPUDRA_SIM_STATE_FILE]")
 	o.addGPUSharingFlag(fs)
 }
 
 // AddInspectFlags registers the flags the inspect command needs.
-func (o *Options) AddInspectFlags(fs *pflag.FlagSet) {
-	o.inspectOnly = true
-	o.addDiscoveryFlags(fs)
-}
+func (o *Options) AddInspectFlags(fs *pflag.FlagSet) { o.addDiscoveryFlags(fs) }
 
 // AddFlags registers all plugin flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {

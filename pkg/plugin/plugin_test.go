@@ -25,13 +25,17 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/gpudra/gpudra/pkg/cdi"
+	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
+// testOptions runs the plugin's real code path on a fake driver root of a
+// simulated DGX H100 (test/fakedriver).
 func testOptions(t *testing.T) *Options {
 	dir := t.TempDir()
 	return &Options{
-		NodeName: "node-a", DriverName: "gpu.gpudra.io", Simulate: "dgx-h100", MaxDevicesPerSlice: 128,
-		CDIRoot: filepath.Join(dir, "cdi"), KubeletPluginsDir: filepath.Join(dir, "plugins"),
+		NodeName: "node-a", DriverName: "gpu.gpudra.io", MaxDevicesPerSlice: 128,
+		NvidiaDriverRoot: fakedriver.ForTest(t, "dgx-h100", "node-a"),
+		CDIRoot:          filepath.Join(dir, "cdi"), KubeletPluginsDir: filepath.Join(dir, "plugins"),
 		KubeletRegistrarDir: filepath.Join(dir, "registry"),
 	}
 }
@@ -69,12 +73,12 @@ func TestInspectDGXH100(t *testing.T) {
 	require.ErrorContains(t, ins.Print(&buf, "xml"), "unknown output format")
 }
 
-func TestInspectUnknownProfile(t *testing.T) {
+func TestInspectWithoutDriver(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	o := testOptions(t)
-	o.Simulate = "dgx-z900"
+	o.NvidiaDriverRoot = t.TempDir()
 	_, err := Inspect(ctx, o)
-	require.ErrorContains(t, err, "dgx-h100", "the error lists the built-in profiles")
+	require.ErrorContains(t, err, "make fake-driver-root", "the error says how to run without GPUs")
 }
 
 func TestHandleError(t *testing.T) {

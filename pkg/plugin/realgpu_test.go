@@ -26,7 +26,6 @@ func TestRealNVML(t *testing.T) {
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	o := testOptions(t)
-	o.Simulate = ""
 	o.NvidiaDriverRoot = driverRoot()
 	ins, err := Inspect(ctx, o)
 	require.NoError(t, err)

@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 
@@ -23,13 +22,6 @@ const (
 	SharingConsumable = "consumable"
 )
 
-// Names of the fake tools installed next to the plugin binary for simulated
-// nodes (test/cmd).
-const (
-	fakeNvidiaSMI  = "gpudra-fake-nvidia-smi"
-	fakeMPSControl = "gpudra-fake-mps-control"
-)
-
 func (o *Options) addGPUSharingFlag(fs *pflag.FlagSet) {
 	fs.StringVar(&o.GPUSharing, "gpu-sharing", env("GPU_SHARING", SharingExclusive),
 		"How this node's GPUs are published: 'exclusive' (one claim per GPU, unless claims share one ResourceClaim) or "+
@@ -39,11 +31,9 @@ func (o *Options) addGPUSharingFlag(fs *pflag.FlagSet) {
 
 func (o *Options) addSharingToolFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NvidiaSMIPath, "nvidia-smi-path", env("NVIDIA_SMI_PATH", ""),
-		"nvidia-smi used to set GPU time slices (NVML has no API for it). Default: <nvidia-driver-root>/usr/bin/nvidia-smi or $PATH; "+
-			"with --simulate, "+fakeNvidiaSMI+" next to this binary. [$NVIDIA_SMI_PATH]")
+		"nvidia-smi used to set GPU time slices (NVML has no API for it). Default: <nvidia-driver-root>/usr/bin/nvidia-smi or $PATH. [$NVIDIA_SMI_PATH]")
 	fs.StringVar(&o.MPSControlPath, "mps-control-path", env("MPS_CONTROL_PATH", ""),
-		"nvidia-cuda-mps-control used to run MPS control daemons. Default: <nvidia-driver-root>/usr/bin/nvidia-cuda-mps-control or $PATH; "+
-			"with --simulate, "+fakeMPSControl+" next to this binary. [$MPS_CONTROL_PATH]")
+		"nvidia-cuda-mps-control used to run MPS control daemons. Default: <nvidia-driver-root>/usr/bin/nvidia-cuda-mps-control or $PATH. [$MPS_CONTROL_PATH]")
 	fs.StringVar(&o.MPSRoot, "mps-root", env("MPS_ROOT", ""),
 		"Host directory for the MPS daemons' pipe and log directories (mounted into containers). Default: <plugin dir>/mps. [$MPS_ROOT]")
 }
@@ -64,55 +54,38 @@ func (o *Options) sliceOptions() slice.Options {
 // sharingTools returns the time slicer and MPS control of the node.
 func (o *Options) sharingTools(ctx context.Context) (sharing.TimeSlicer, *sharing.MPSControl, error) {
 	var env []string
-	if o.Simulate != "" {
-		// The fake records the time slices it is given here (e2e reads them).
-		env = []string{sharing.SimulatedStateDirEnv + "=" + filepath.Join(o.PluginDataDir(), "fake-gpu")}
-	} else if lib, err := nvmllib.FindLibrary(o.NvidiaDriverRoot); err == nil && o.NvidiaDriverRoot != "/" {
+	if lib, err := nvmllib.FindLibrary(o.NvidiaDriverRoot); err == nil && o.roots().Driver != "/" {
 		// Tools run from a driver root mounted into the plugin's container
 		// load the driver's libraries from there.
 		env = []string{"LD_LIBRARY_PATH=" + filepath.Dir(lib)}
 	}
-	smi := sharing.NvidiaSMI{Path: o.tool(o.NvidiaSMIPath, "nvidia-smi", fakeNvidiaSMI), Env: env}
+	smi := sharing.NvidiaSMI{Path: o.tool(o.NvidiaSMIPath, "nvidia-smi"), Env: env}
 	root := o.MPSRoot
 	if root == "" {
 		root = filepath.Join(o.PluginDataDir(), "mps")
 	}
 	mps, err := sharing.NewMPSControl(sharing.MPSOptions{
-		ControlPath: o.tool(o.MPSControlPath, "nvidia-cuda-mps-control", fakeMPSControl), Root: root, Env: env})
+		ControlPath: o.tool(o.MPSControlPath, "nvidia-cuda-mps-control"), Root: root, Env: env})
 	if err != nil {
 		return nil, nil, err
 	}
 	klog.FromContext(ctx).Info("GPU sharing tools", "gpuSharing", o.GPUSharing, "nvidiaSMI", smi.Path,
-		"mpsControl", o.tool(o.MPSControlPath, "nvidia-cuda-mps-control", fakeMPSControl), "mpsRoot", root)
+		"mpsControl", o.tool(o.MPSControlPath, "nvidia-cuda-mps-control"), "mpsRoot", root)
 	return smi, mps, nil
 }
 
-// tool resolves a helper binary: the flag, else the fake next to this
-// binary in simulation, else the driver root, else $PATH. It returns "" if
-// none exists; prepares that need it then fail with a message naming the flag.
-func (o *Options) tool(flag, name, fake string) string {
+// tool resolves a helper binary: the flag, else the driver root's usr/bin,
+// else $PATH. It returns "" if none exists; prepares that need it then fail
+// with a message naming the flag.
+func (o *Options) tool(flag, name string) string {
 	if flag != "" {
 		return flag
 	}
-	if o.Simulate != "" {
-		if self, err := os.Executable(); err == nil {
-			p := filepath.Join(filepath.Dir(self), fake)
-			if _, err := os.Stat(p); err == nil {
-				return p
-			}
-		}
-		return ""
-	}
-	if p := filepath.Join(o.NvidiaDriverRoot, "usr", "bin", name); fileExists(p) {
+	if p := filepath.Join(o.NvidiaDriverRoot, "usr", "bin", name); exists(p) {
 		return p
 	}
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
 	return ""
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

@@ -36,13 +36,8 @@ func TestSharingToolResolution(t *testing.T) {
 	require.NoError(t, os.WriteFile(smi, []byte("#!/bin/sh\n"), 0o755))
 	t.Setenv("PATH", t.TempDir())
 
-	real := &Options{NvidiaDriverRoot: root}
-	require.Equal(t, smi, real.tool("", "nvidia-smi", fakeNvidiaSMI), "found under the driver root")
-	require.Empty(t, real.tool("", "nvidia-cuda-mps-control", fakeMPSControl), "missing everywhere: prepares that need it fail")
-	require.Equal(t, "/opt/x", real.tool("/opt/x", "nvidia-smi", fakeNvidiaSMI), "the flag wins")
-
-	// Simulated: only the fake next to the plugin binary (the test binary
-	// here, which has none) is used, never the host's tools.
-	sim := &Options{NvidiaDriverRoot: root, Simulate: "dgx-h100"}
-	require.Empty(t, sim.tool("", "nvidia-smi", fakeNvidiaSMI))
+	o := &Options{NvidiaDriverRoot: root}
+	require.Equal(t, smi, o.tool("", "nvidia-smi"), "found under the driver root")
+	require.Empty(t, o.tool("", "nvidia-cuda-mps-control"), "missing everywhere: prepares that need it fail")
+	require.Equal(t, "/opt/x", o.tool("/opt/x", "nvidia-smi"), "the flag wins")
 }

@@ -147,7 +147,7 @@ func TestGenerateBuiltinProfiles(t *testing.T) {
 			requireCharDevice(t, filepath.Join(root, "dev/nvidia-caps/nvidia-cap1"), 122, 1)
 			requireCharDevice(t, filepath.Join(root, "dev/nvidia-caps/nvidia-cap2"), 122, 2)
 
-			caps, err := cdi.NewProcMIGCaps(filepath.Join(root, "proc"))
+			caps, err := cdi.NewProcMIGCaps(filepath.Join(root, "proc"), "/")
 			require.NoError(t, err, "the plugin's reader of mig-minors and proc/devices")
 			for _, g := range gpus {
 				requireCharDevice(t, filepath.Join(root, fmt.Sprintf("dev/nvidia%d", g.minor)), 120, g.minor)
