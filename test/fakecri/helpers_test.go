@@ -86,17 +86,21 @@ func withVisible(dev cdispec.Device, visible string) cdispec.Device {
 }
 
 // writeSpec writes the claim's CDI spec (with spec-level /dev/nvidiactl and
-// a driver library mount) into dir.
+// a driver library mount whose host file exists) into dir.
 func writeSpec(t *testing.T, dir, claimUID string, devices ...cdispec.Device) {
 	t.Helper()
-	spec := &cdispec.Spec{
-		Kind:    testKind,
-		Devices: devices,
-		ContainerEdits: cdispec.ContainerEdits{
-			DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}},
-			Mounts:      []*cdispec.Mount{{HostPath: "/host/libcuda.so.1", ContainerPath: "/usr/lib/libcuda.so.1", Options: []string{"ro", "bind"}}},
-		},
-	}
+	lib := filepath.Join(filepath.Dir(dir), "libcuda.so.1")
+	require.NoError(t, os.WriteFile(lib, nil, 0o644))
+	writeSpecWithEdits(t, dir, claimUID, cdispec.ContainerEdits{
+		DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}},
+		Mounts:      []*cdispec.Mount{{HostPath: lib, ContainerPath: "/usr/lib/libcuda.so.1", Options: []string{"ro", "bind"}}},
+	}, devices...)
+}
+
+// writeSpecWithEdits writes the claim's CDI spec with the given spec-level edits.
+func writeSpecWithEdits(t *testing.T, dir, claimUID string, edits cdispec.ContainerEdits, devices ...cdispec.Device) {
+	t.Helper()
+	spec := &cdispec.Spec{Kind: testKind, Devices: devices, ContainerEdits: edits}
 	version, err := cdispec.MinimumRequiredVersion(spec)
 	require.NoError(t, err)
 	spec.Version = version

@@ -133,6 +133,9 @@ func (r *Runtime) inject(ctx context.Context, req *runtimeapi.CreateContainerReq
 		r.cdiMu.Lock()
 		refreshErr := r.cdiCache.Refresh()
 		_, injectErr := r.cdiCache.InjectDevices(spec, names...)
+		if injectErr == nil {
+			injectErr = r.checkHostPaths(names)
+		}
 		r.cdiMu.Unlock()
 		if refreshErr != nil {
 			logger.V(2).Info("Some CDI specs could not be loaded", "err", refreshErr)

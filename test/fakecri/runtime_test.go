@@ -114,7 +114,7 @@ func TestCreateContainerInjectsCDIDevices(t *testing.T) {
 				assert.Equal(t, tc.wantNodes, inj.DeviceNodes)
 			}
 			if len(tc.devices) > 0 {
-				assert.Equal(t, []Mount{{Destination: "/usr/lib/libcuda.so.1", Source: "/host/libcuda.so.1",
+				assert.Equal(t, []Mount{{Destination: "/usr/lib/libcuda.so.1", Source: filepath.Join(filepath.Dir(env.cdiDir), "libcuda.so.1"),
 					Options: []string{"ro", "bind"}}}, inj.Mounts)
 			} else {
 				assert.Empty(t, inj.Mounts)
@@ -146,6 +146,42 @@ func TestCreateContainerUnknownDeviceFails(t *testing.T) {
 	list, err := env.client.ListContainers(env.ctx, &runtimeapi.ListContainersRequest{})
 	require.NoError(t, err)
 	assert.Empty(t, list.Containers, "a failed create must leave no container")
+}
+
+// A spec that names host paths that do not exist is refused, as on a
+// containerd/runc node: the regression of a plugin in a container that wrote
+// its own view of the mounted driver root (/driver-root/...) into the spec.
+func TestCreateContainerMissingHostPathFails(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edits cdispec.ContainerEdits
+		want  string
+	}{
+		{"library mount", cdispec.ContainerEdits{Mounts: []*cdispec.Mount{{
+			HostPath: "/driver-root/usr/lib/x86_64-linux-gnu/libcuda.so.1", ContainerPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+			Options: []string{"ro", "bind"}}}}, "mount source /driver-root/usr/lib/x86_64-linux-gnu/libcuda.so.1"},
+		{"device node", cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{
+			Path: "/dev/nvidiactl", HostPath: "/driver-root/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}}}, "device node /driver-root/dev/nvidiactl"},
+		{"hook", cdispec.ContainerEdits{Hooks: []*cdispec.Hook{{
+			HookName: "createContainer", Path: "/driver-root/usr/bin/nvidia-cdi-hook", Args: []string{"nvidia-cdi-hook", "update-ldcache"}}}},
+			"createContainer hook /driver-root/usr/bin/nvidia-cdi-hook"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := startRuntime(t, Options{})
+			writeSpecWithEdits(t, env.cdiDir, "uid1", tc.edits, gpuDevice("uid1", 3, "GPU-abc"))
+			sandboxID, sandbox := env.runPod(t, "ns1", "pod1")
+			_, err := env.createContainer(sandboxID, sandbox, "ctr", nil, deviceID("uid1", 3))
+			require.Error(t, err)
+			st, ok := status.FromError(err)
+			require.True(t, ok)
+			assert.Equal(t, codes.Unknown, st.Code())
+			assert.Contains(t, st.Message(), tc.want)
+			assert.Contains(t, st.Message(), "no such file or directory")
+			list, err := env.client.ListContainers(env.ctx, &runtimeapi.ListContainersRequest{})
+			require.NoError(t, err)
+			assert.Empty(t, list.Containers, "a failed create must leave no container")
+		})
+	}
 }
 
 func TestSpecWrittenAfterStartIsFound(t *testing.T) {
