@@ -243,8 +243,10 @@ func checkDefault(t *testing.T, _ string, objs []*unstructured.Unstructured) {
 	if sc := ctr.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
 		t.Errorf("plugin for real GPUs is not privileged: %+v", sc)
 	}
-	if !slices.Contains(ctr.Args, "--nvidia-driver-root=/driver-root") {
-		t.Errorf("plugin args %v lack --nvidia-driver-root=/driver-root", ctr.Args)
+	for _, want := range []string{"--nvidia-driver-root=/driver-root", "--host-driver-root=/"} {
+		if !slices.Contains(ctr.Args, want) {
+			t.Errorf("plugin args %v lack %s", ctr.Args, want)
+		}
 	}
 	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable.IntValue() != 0 {
 		t.Errorf("plugin update strategy %+v, want maxSurge 1, maxUnavailable 0", ds.Spec.UpdateStrategy)
@@ -265,14 +267,33 @@ func checkDefault(t *testing.T, _ string, objs []*unstructured.Unstructured) {
 	}
 }
 
+// checkSimulated: the simulated chart is the real one with a simulated
+// driver root: same flags and mounts, no privileges.
 func checkSimulated(t *testing.T, _ string, objs []*unstructured.Unstructured) {
-	ctr := pluginDaemonSet(t, objs).Spec.Template.Spec.Containers[0]
-	if !slices.Contains(ctr.Args, "--simulate=dgx-h100") {
-		t.Errorf("plugin args %v lack --simulate=dgx-h100", ctr.Args)
+	ds := pluginDaemonSet(t, objs)
+	ctr := ds.Spec.Template.Spec.Containers[0]
+	const root = "/var/lib/gpudra-sim/driver-root"
+	for _, want := range []string{"--nvidia-driver-root=/driver-root", "--host-driver-root=" + root,
+		"--nvidia-cdi-hook-path=" + root + "/usr/bin/nvidia-cdi-hook"} {
+		if !slices.Contains(ctr.Args, want) {
+			t.Errorf("plugin args %v lack %s", ctr.Args, want)
+		}
 	}
+	for _, a := range ctr.Args {
+		if strings.HasPrefix(a, "--simulate") {
+			t.Errorf("simulated plugin has %s: a simulated node differs only in its driver root", a)
+		}
+	}
+	mounted := map[string]bool{}
 	for _, m := range ctr.VolumeMounts {
-		if m.MountPath == "/driver-root" || m.MountPath == "/dev" {
-			t.Errorf("simulated plugin mounts %s", m.MountPath)
+		mounted[m.MountPath] = true
+	}
+	if !mounted["/driver-root"] || !mounted["/dev"] {
+		t.Errorf("simulated plugin mounts %v, want /driver-root and /dev like a real one", mounted)
+	}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name == "driver-root" && (v.HostPath == nil || v.HostPath.Path != root) {
+			t.Errorf("driver-root volume %+v, want hostPath %s", v, root)
 		}
 	}
 	if sc := ctr.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
