@@ -129,7 +129,12 @@ source "$SCRIPT_DIR/lib/health.sh"
 
 DRIVER_NAME=gpu.gpudra.io
 K8S_BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl)
-GPUDRA_BINARIES=(gpu-kubelet-plugin gpudra-fake-cri gpu-controller)
+GPUDRA_BINARIES=(gpu-kubelet-plugin gpudra-fake-cri gpu-controller gpudra-fake-driver-root gpudra-chart-args
+	gpudra-fake-nvidia-smi gpudra-fake-mps-control)
+# The simulated libnvidia-ml of the nodes' driver roots and the Helm binary
+# that renders the plugin's arguments from the chart (both built by make).
+SIM_NVML_LIB=${GPUDRA_SIM_NVML_LIBRARY:-$REPO_ROOT/_output/lib/libnvidia-ml-sim.so}
+HELM=${GPUDRA_HELM:-$REPO_ROOT/_output/tools/helm}
 
 CLUSTER_DIR=${GPUDRA_CLUSTER_DIR:-$REPO_ROOT/_output/cluster}
 CLUSTER_DIR=${CLUSTER_DIR%/}
@@ -165,6 +170,12 @@ ensure_binaries() {
 	for b in "${K8S_BINARIES[@]}" "${GPUDRA_BINARIES[@]}"; do
 		[[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b is missing after the build"
 	done
+	if [[ ! -f $SIM_NVML_LIB ]]; then
+		make -C "$REPO_ROOT" --no-print-directory sim-nvml-lib || die "make sim-nvml-lib failed"
+	fi
+	if [[ ! -x $HELM ]]; then
+		make -C "$REPO_ROOT" --no-print-directory "$HELM" || die "building helm failed"
+	fi
 }
 
 # running_state prints "all", "none" or "some" for the recorded components.

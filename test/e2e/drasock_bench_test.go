@@ -23,6 +23,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
 // BenchmarkDRASock calls a plugin's dra.sock with the kubelet's own gRPC API,
@@ -139,8 +141,25 @@ type benchPlugin struct {
 	stopped bool
 }
 
+// benchGPUArgs gives the bench plugin its simulated DGX H100: a fake driver
+// root (the real NVML/nvcdi path, as shipped), or with
+// GPUDRA_BENCH_SIMULATE=<profile> the --simulate flag of plugin builds from
+// before the fake driver root, for an A/B comparison with GPUDRA_PLUGIN_BIN.
+func benchGPUArgs(b *testing.B, dir, node string) []string {
+	if p := os.Getenv("GPUDRA_BENCH_SIMULATE"); p != "" {
+		return []string{"--simulate", p}
+	}
+	root := filepath.Join(dir, "driver-root")
+	if err := fakedriver.Generate(fakedriver.Options{Dir: root, Profile: "dgx-h100", Node: node,
+		NVMLLibrary: filepath.Join(repoRoot, "_output", "lib", "libnvidia-ml-sim.so"),
+		ToolsDir:    filepath.Join(repoRoot, "_output", "bin")}); err != nil {
+		b.Fatal(err)
+	}
+	return []string{"--nvidia-driver-root", root}
+}
+
 // startBenchPlugin runs a gpu-kubelet-plugin process for pool node with the
-// admin kubeconfig (simulated dgx-h100, shipped defaults) and waits until it
+// admin kubeconfig (simulated dgx-h100 on a fake driver root, shipped defaults) and waits until it
 // serves dra.sock. A Node object of that name makes the slice publishable.
 func startBenchPlugin(b *testing.B, node string) *benchPlugin {
 	dir := b.TempDir()
@@ -154,10 +173,10 @@ func startBenchPlugin(b *testing.B, node string) *benchPlugin {
 	if b := os.Getenv("GPUDRA_PLUGIN_BIN"); b != "" { // e.g. another version, for an A/B comparison
 		bin = b
 	}
-	p.cmd = exec.Command(bin,
-		"--node-name", node, "--simulate", "dgx-h100", "--kubeconfig", kubeconfig,
+	p.cmd = exec.Command(bin, append(benchGPUArgs(b, dir, node),
+		"--node-name", node, "--kubeconfig", kubeconfig,
 		"--cdi-root", filepath.Join(dir, "cdi"), "--kubelet-plugins-directory", filepath.Join(dir, "plugins"),
-		"--kubelet-registrar-directory", registry)
+		"--kubelet-registrar-directory", registry)...)
 	logFile, err := os.Create(p.log)
 	if err != nil {
 		b.Fatal(err)

@@ -97,6 +97,10 @@ func clusterCmd(t testing.TB, args ...string) {
 // nodeDir is where a node's kubelet, plugin state and CDI specs live.
 func nodeDir(node string) string { return filepath.Join(clusterDir, "nodes", node) }
 
+// driverRoot is a node's simulated driver root (test/fakedriver), which its
+// plugin sees at the chart's /driver-root.
+func driverRoot(node string) string { return filepath.Join(nodeDir(node), "driver-root") }
+
 func cdiDir(node string) string { return filepath.Join(nodeDir(node), "cdi") }
 
 // checkpointDir holds this boot's checkpoint records of a node's plugin.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
 // The local cluster runs every plugin with --mig=dynamic (GPUDRA_PLUGIN_MIG).
@@ -52,19 +53,19 @@ spec:
 
 const migNode = "gpu-h100"
 
-// simState is the simulated NVML state of the node's plugin: the MIG
+// simState is the simulated NVML state of the node's driver root: the MIG
 // devices that exist on its GPUs (real GPUs keep them in the driver).
 func simState(node string) string {
-	return filepath.Join(nodeDir(node), "kubelet", "plugins", driver, "simulated-nvml.json")
+	return filepath.Join(driverRoot(node), fakedriver.StateFile)
 }
 
-// migDevicesInNVML asks `gpu-kubelet-plugin inspect` (read-only over the
-// plugin's simulated NVML state) which MIG devices exist on the node.
+// migDevicesInNVML asks `gpu-kubelet-plugin inspect` on the node's driver
+// root (its simulated libnvidia-ml reads the MIG state) which MIG devices
+// exist on the node.
 func migDevicesInNVML(t *testing.T, node string) map[string]string {
 	t.Helper()
-	profile := map[string]string{"gpu-h100": "dgx-h100", "gpu-mixed": "mixed"}[node]
 	out, err := exec.Command(filepath.Join(repoRoot, "_output", "bin", "gpu-kubelet-plugin"), "inspect",
-		"--simulate="+profile, "--node-name", node, "--sim-state-file", simState(node), "-o", "json").Output()
+		"--nvidia-driver-root", driverRoot(node), "--node-name", node, "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("inspect: %v", err)
 	}

@@ -23,8 +23,7 @@ import (
 	"github.com/gpudra/gpudra/test/fakegpu"
 )
 
-// pluginDir is a node's plugin data directory (checkpoint, MPS daemons,
-// the fake nvidia-smi's state).
+// pluginDir is a node's plugin data directory (checkpoint, MPS daemons).
 func pluginDir(node string) string {
 	return filepath.Join(nodeDir(node), "kubelet", "plugins", driver)
 }
@@ -32,7 +31,7 @@ func pluginDir(node string) string {
 // timeSlice reads the level the fake nvidia-smi last set for a GPU ("" if
 // it was never set).
 func timeSlice(node, uuid string) string {
-	b, err := os.ReadFile(fakegpu.TimeSlicePath(filepath.Join(pluginDir(node), "fake-gpu"), uuid))
+	b, err := os.ReadFile(fakegpu.TimeSlicePath(filepath.Join(driverRoot(node), fakegpu.RootStateDir), uuid))
 	if err != nil {
 		return ""
 	}

@@ -2,15 +2,16 @@
 # Health monitoring on the local cluster: the plugins' extra permissions
 # (claim status.devices), their metrics ports, and the simulated-fault
 # commands (inject-fault, clear-faults) that break and repair a node's GPUs
-# through the plugin's fault control file. Sourced by cluster.sh.
+# through the fault control file of its simulated driver root. Sourced by
+# cluster.sh.
 
 # plugin_metrics_port NODE: each plugin serves /metrics on
 # PLUGIN_METRICS_PORT + the node's slot.
 plugin_metrics_port() { echo $((PLUGIN_METRICS_PORT + $(node_slot "$1"))); }
 
-# fault_file NODE: the simulated-fault control file of a node's plugin
-# (its default place, <plugin data dir>/simulated-faults).
-fault_file() { echo "$(kubelet_root "$1")/plugins/$DRIVER_NAME/simulated-faults"; }
+# fault_file NODE: the simulated-fault control file of a node's driver root,
+# read by its simulated libnvidia-ml (test/fakedriver).
+fault_file() { echo "$(driver_root "$1")/var/lib/gpudra-sim/faults"; }
 
 # plugin_rbac: the plugins run with their node's identity. The Node
 # authorizer lets a node read its pods' claims and write its slices; writing

@@ -6,7 +6,9 @@
 #     registration socket (path fixed too; our kubelets take turns owning it,
 #     which is harmless as no device plugin runs);
 #   - kernel tunables the kubelet sets at start (vm.overcommit_memory,
-#     kernel.panic, ...).
+#     kernel.panic, ...);
+#   - /driver-root: the empty directory on which each plugin's own mount
+#     namespace mounts its node's driver root, where the chart mounts it.
 # `up` records the state before the first kubelet starts (host.env) and
 # `down` puts it back: links, directories and socket it made are removed and
 # the tunables get their old values. Sourced by cluster.sh.
@@ -17,8 +19,10 @@ DEVICE_PLUGIN_SOCKET=$HOST_KUBELET_DIR/device-plugins/kubelet.sock
 # The tunables of the kubelet's container manager (setupKernelTunables).
 KUBELET_SYSCTLS=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
 	kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
-# Directories the kubelets may create, parents first.
-HOST_DIRS=("$CONTAINER_LOG_LINKS_DIR" "$HOST_KUBELET_DIR" "$HOST_KUBELET_DIR/device-plugins")
+# The chart's mount path of the driver root (start_plugin checks it).
+CHART_DRIVER_ROOT_MOUNT=/driver-root
+# Directories the kubelets and plugins may create, parents first.
+HOST_DIRS=("$CONTAINER_LOG_LINKS_DIR" "$HOST_KUBELET_DIR" "$HOST_KUBELET_DIR/device-plugins" "$CHART_DRIVER_ROOT_MOUNT")
 
 host_state_file() { echo "$CLUSTER_DIR/host.env"; }
 

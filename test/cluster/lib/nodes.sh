@@ -1,9 +1,15 @@
 # shellcheck shell=bash
 # The simulated GPU nodes: per node a fake CRI runtime, a kubelet and the
-# gpudra kubelet plugin on a simulated GPU profile, all under
-# nodes/<node>/. Sourced by cluster.sh.
+# gpudra kubelet plugin on a simulated driver root of the node's GPU profile
+# (a fake NVIDIA driver installation: test/fakedriver), all under
+# nodes/<node>/. The plugin runs the way the chart's DaemonSet runs it: the
+# chart's own flags (helm template), its own mount namespace in which the
+# node's driver root is mounted at the chart's /driver-root while the host
+# path is nodes/<node>/driver-root, and its own PID namespace. Sourced by
+# cluster.sh.
 
 node_dir() { echo "$CLUSTER_DIR/nodes/$1"; }
+driver_root() { echo "$(node_dir "$1")/driver-root"; }
 kubelet_root() { echo "$(node_dir "$1")/kubelet"; }
 # With POD_UID set (a rolling-update instance, gpu-kubelet-plugin --pod-uid)
 # the helper puts the UID into both socket names.
@@ -56,16 +62,28 @@ prepare_nodes() {
 	done
 }
 
+# write_driver_root NODE creates (or refreshes) the node's simulated driver
+# root from its profile: the simulated libnvidia-ml, stub driver files,
+# harmless device nodes, /proc and /sys entries (make fake-driver-root).
+write_driver_root() {
+	local node=$1
+	mkdir -p "$(node_dir "$node")"
+	"$BIN_DIR/gpudra-fake-driver-root" --dir "$(driver_root "$node")" --profile "$(node_profile "$node")" \
+		--node "$node" --nvml-library "$SIM_NVML_LIB" --tools-dir "$BIN_DIR" \
+		>>"$LOG_DIR/driver-root-$node.log" 2>&1 ||
+		fail_component "driver-root-$node" "gpudra-fake-driver-root for $node ($(node_profile "$node")) failed"
+}
+
 # write_gpu_info NODE writes nodes/<node>/gpus.json, the UUID -> product name
-# table the fake runtime prints in container logs, from what the plugin will
-# discover on the node's simulated profile.
+# table the fake runtime prints in container logs, from what the plugin
+# discovers on the node's driver root (inspect runs the plugin's real path).
 write_gpu_info() {
 	local node=$1 dir out
 	dir=$(node_dir "$node")
-	mkdir -p "$dir"
-	out=$("$BIN_DIR/gpu-kubelet-plugin" inspect --simulate="$(node_profile "$node")" \
+	write_driver_root "$node"
+	out=$("$BIN_DIR/gpu-kubelet-plugin" inspect --nvidia-driver-root "$(driver_root "$node")" \
 		--node-name "$node" -o json 2>>"$LOG_DIR/inspect-$node.log") ||
-		fail_component "inspect-$node" "gpu-kubelet-plugin inspect --simulate=$(node_profile "$node") failed"
+		fail_component "inspect-$node" "gpu-kubelet-plugin inspect --nvidia-driver-root=$(driver_root "$node") failed"
 	python3 -c 'import json, sys; json.dump(json.load(sys.stdin)["node"], sys.stdout, indent=1)' \
 		<<<"$out" >"$dir/gpus.json" || die "unexpected output of gpu-kubelet-plugin inspect for $node"
 }
@@ -137,21 +155,51 @@ start_kubelet() {
 		--v "$COMPONENT_V"
 }
 
-start_plugin() {
-	local node=$1 dir extra=()
+# chart_plugin_args NODE writes the plugin's arguments as the chart renders
+# them for this node (nodes/<node>/plugin-chart-args, one per line) and the
+# driver root's mount path in the pod (nodes/<node>/plugin-driver-root-mount):
+# the node's kubelet root, CDI directory and driver root as chart values,
+# the cluster's --mig, verbosity and unprivileged simulated root.
+chart_plugin_args() {
+	local node=$1 dir out
 	dir=$(node_dir "$node")
+	out=$("$HELM" template gpudra "$REPO_ROOT/deployments/helm/gpudra" --namespace gpudra-system \
+		--show-only templates/kubelet-plugin/daemonset.yaml \
+		--set-string nvidiaDriverRoot="$(driver_root "$node")" --set-string kubeletRoot="$dir/kubelet" \
+		--set-string cdiRoot="$dir/cdi" --set-string kubeletPlugin.mig="$PLUGIN_MIG" \
+		--set kubeletPlugin.logVerbosity="$PLUGIN_V" --set kubeletPlugin.privileged=false \
+		--set-string kubeletPlugin.nvidiaCDIHookPath="$(driver_root "$node")/usr/bin/nvidia-cdi-hook" \
+		2>>"$LOG_DIR/helm-$node.log") || fail_component "helm-$node" "helm template of the chart failed"
+	"$BIN_DIR/gpudra-chart-args" <<<"$out" >"$dir/plugin-chart-args" ||
+		die "cannot read the plugin's arguments from the chart"
+	"$BIN_DIR/gpudra-chart-args" -mount-path driver-root <<<"$out" >"$dir/plugin-driver-root-mount" ||
+		die "cannot read the driver root's mount path from the chart"
+}
+
+# start_plugin NODE runs the plugin in the chart's shape: in new mount and
+# PID namespaces (unshare), the node's driver root bind-mounted at the
+# chart's mount path (an empty directory made on the host for it), the
+# chart's arguments, then what differs because every plugin shares the host:
+# the node name (the downward API in a pod), a kubeconfig (in-cluster config
+# in a pod), a metrics port of its own (a pod has its own network), and the
+# node's extra flags, which override the chart's.
+start_plugin() {
+	local node=$1 dir mnt chart=() extra=()
+	dir=$(node_dir "$node")
+	[[ -s $dir/plugin-chart-args ]] || chart_plugin_args "$node"
+	mapfile -t chart <"$dir/plugin-chart-args"
+	mnt=$(<"$dir/plugin-driver-root-mount")
+	[[ $mnt == "$CHART_DRIVER_ROOT_MOUNT" ]] ||
+		die "the chart mounts the driver root at $mnt, the cluster's host state expects $CHART_DRIVER_ROOT_MOUNT (lib/host.sh)"
+	mkdir -p "$mnt"
 	[[ -f $dir/plugin-flags ]] && mapfile -t extra <"$dir/plugin-flags"
-	# The node's own flags come last: they override the cluster's defaults.
-	start_component "plugin-$node" "${GPUDRA_PLUGIN_BIN:-$BIN_DIR/gpu-kubelet-plugin}" \
+	start_component "plugin-$node" unshare --mount --pid --fork --mount-proc --propagation private -- \
+		/bin/sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh "$(driver_root "$node")" "$mnt" \
+		"${GPUDRA_PLUGIN_BIN:-$BIN_DIR/gpu-kubelet-plugin}" \
+		"${chart[@]}" \
 		--node-name "$node" \
-		--simulate "$(node_profile "$node")" \
-		--mig "$PLUGIN_MIG" \
 		--kubeconfig "$(node_kubeconfig "$node")" \
-		--cdi-root "$dir/cdi" \
-		--kubelet-plugins-directory "$dir/kubelet/plugins" \
-		--kubelet-registrar-directory "$dir/kubelet/plugins_registry" \
 		--metrics-address "127.0.0.1:$(plugin_metrics_port "$node")" \
-		-v "$PLUGIN_V" \
 		"${extra[@]}"
 }
 
