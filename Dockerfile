@@ -19,18 +19,17 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags="-s -w" -o bin/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller \
-      ./test/cmd/gpudra-fake-nvidia-smi ./test/cmd/gpudra-fake-mps-control
-RUN ./bin/gpu-kubelet-plugin inspect --simulate=l4 >/dev/null && ./bin/gpu-controller --help >/dev/null
+    go build -trimpath -ldflags="-s -w" -o bin/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller
+RUN ./bin/gpu-kubelet-plugin --help >/dev/null && ./bin/gpu-controller --help >/dev/null
 
 # distroless/base: glibc and CA certificates, no shell or package manager. A
 # static image would not do: dlopen of the host's libnvidia-ml (under the
 # driver root mounted into the plugin pod) needs the C library and loader.
 FROM ${BASE_IMAGE}
+# Nothing for simulation ships here: a simulated node is a simulated driver
+# root on the node (test/fakedriver), which brings its own libnvidia-ml and
+# nvidia-smi / nvidia-cuda-mps-control stand-ins.
 COPY --from=build /src/bin/gpu-kubelet-plugin /src/bin/gpu-controller /usr/local/bin/
-# Stand-ins for nvidia-smi and nvidia-cuda-mps-control, used only with
-# --simulate (the plugin looks for them next to itself; see pkg/plugin/sharing.go).
-COPY --from=build /src/bin/gpudra-fake-nvidia-smi /src/bin/gpudra-fake-mps-control /usr/local/bin/
 # Non-root by default, which is all the controller needs. The plugin's pod runs
 # it as root (runAsUser: 0 in the chart's DaemonSet): it writes the kubelet's
 # plugin directories and the runtime's CDI directory on the host, both owned

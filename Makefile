@@ -39,32 +39,32 @@ k8s-binaries: ## etcd + Kubernetes binaries for the local cluster (cached in _ou
 e2e: build k8s-binaries $(HELM) ## e2e suite against the local cluster (starts it, tears it down; E2E_KEEP_CLUSTER=1 keeps it)
 	$(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/
 
-bench-cluster: build k8s-binaries ## Pod create->Running with and without a GPU claim on the local cluster
+bench-cluster: build k8s-binaries $(HELM) ## Pod create->Running with and without a GPU claim on the local cluster
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -tags e2e -run '^$$' -bench PodCreateToRunning -benchtime $${N:-50}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/cluster.txt
 
-bench-scale: build k8s-binaries ## Scheduler allocation over 120 simulated GPU nodes, 800 claims (in-process; cluster: SCALE_SHAPES=. adds dynamic MIG)
+bench-scale: build k8s-binaries $(HELM) ## Scheduler allocation over 120 simulated GPU nodes, 800 claims (in-process; cluster: SCALE_SHAPES=. adds dynamic MIG)
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -run '^$$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice/ | tee $(OUTPUT)/bench/scale.txt
 	$(GO) test -tags e2e -run '^$$' -bench "SchedulerScale/$${SCALE_SHAPES:-whole-gpus}" -benchtime 1x -timeout 40m ./test/e2e/ | tee -a $(OUTPUT)/bench/scale.txt
 
-bench-drasock: build k8s-binaries ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API
+bench-drasock: build k8s-binaries $(HELM) ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
 
 .PHONY: test-faults
-test-faults: build k8s-binaries ## Fault injection on the local cluster: kill -9 at each failpoint under pod churn, corrupt checkpoint, API outage
+test-faults: build k8s-binaries $(HELM) ## Fault injection on the local cluster: kill -9 at each failpoint under pod churn, corrupt checkpoint, API outage
 	$(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/
 
 .PHONY: bench-report
-bench-report: build k8s-binaries ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
+bench-report: build k8s-binaries $(HELM) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
 	test/bench/run.sh
 
-demo: build k8s-binaries ## The README's first command
+demo: build k8s-binaries $(HELM) ## The README's first command
 	./demo/run.sh
 
 .PHONY: notebooks
-notebooks: build k8s-binaries ## Run demo/notebooks/*.ipynb on the local cluster and save their outputs
+notebooks: build k8s-binaries $(HELM) ## Run demo/notebooks/*.ipynb on the local cluster and save their outputs
 	NOTEBOOKS_UPDATE=1 $(GO) test -tags e2e -count=1 -timeout 20m -run '^TestNotebook' -v ./test/e2e/
 
 fuzz: ## Run every fuzz target briefly (FUZZTIME=10s by default)
@@ -88,8 +88,10 @@ bench: ## Benchmarks (prepare/unprepare, slice building); numbers go in README
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -run '^$$' -bench . -benchmem -count=$${COUNT:-1} $(BENCH_PKGS) | tee $(OUTPUT)/bench/unit.txt
 
-inspect: ## Show what a simulated DGX H100 node would publish
-	$(GO) run ./cmd/gpu-kubelet-plugin inspect --simulate=$${PROFILE:-dgx-h100}
+inspect: build ## Show what a simulated node would publish (PROFILE=dgx-h100), through the real NVML path on a fake driver root
+	@$(BIN)/gpudra-fake-driver-root --dir=$(OUTPUT)/inspect/$${PROFILE:-dgx-h100} --profile=$${PROFILE:-dgx-h100} --node=localhost \
+	  --nvml-library=$(OUTPUT)/lib/libnvidia-ml-sim.so
+	$(BIN)/gpu-kubelet-plugin inspect --nvidia-driver-root=$(OUTPUT)/inspect/$${PROFILE:-dgx-h100}
 
 # Fake NVIDIA driver root of a simulated node (test/fakedriver/README.md). Creates device
 # nodes, so it runs as root; re-running refreshes the root and keeps its var/lib/gpudra-sim.
@@ -111,7 +113,7 @@ kubeconfig: ## Print the local cluster's admin kubeconfig path (use: make -s kub
 	@test/cluster/cluster.sh kubeconfig
 
 .PHONY: controller-up
-controller-up: build ## Local cluster plus gpu-controller (webhook :30443, /metrics :30880); stop: test/cluster/cluster.sh stop-controller
+controller-up: build $(HELM) ## Local cluster plus gpu-controller (webhook :30443, /metrics :30880); stop: test/cluster/cluster.sh stop-controller
 	test/cluster/cluster.sh up
 	test/cluster/cluster.sh start-controller
 

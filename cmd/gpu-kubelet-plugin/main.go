@@ -30,8 +30,9 @@ func newInspectCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect",
 		Short: "Print the GPUs found and the ResourceSlices that would be published, without a cluster",
-		Example: "  gpu-kubelet-plugin inspect                        # real GPUs through NVML\n" +
-			"  gpu-kubelet-plugin inspect --simulate=dgx-h100 -o json",
+		Example: "  gpu-kubelet-plugin inspect                                # the host's driver\n" +
+			"  gpu-kubelet-plugin inspect --nvidia-driver-root=/run/nvidia/driver -o json\n" +
+			"  make inspect PROFILE=dgx-h100                             # a simulated driver root, no GPU",
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ins, err := plugin.Inspect(context.Background(), opts)

@@ -45,7 +45,8 @@
 #   remove-node     stop a node's processes, delete its Node object and
 #                   ResourceSlices, unmount and remove its dir
 #   inject-fault    break a simulated GPU: append "GPU xid N" (or "GPU ecc",
-#                   "GPU lost") to the node plugin's fault file, e.g.
+#                   "GPU lost") to the fault file of the node's simulated
+#                   driver root (its libnvidia-ml applies it), e.g.
 #                   inject-fault gpu-h100 gpu-3 xid 79
 #   clear-faults    empty that file: the node's GPUs are reset
 #
@@ -53,8 +54,12 @@
 # <cluster-dir>/cluster.env and the other commands use those.
 #   GPUDRA_CLUSTER_DIR           state, PKI, logs [<repo>/_output/cluster]
 #   GPUDRA_BIN_DIR               binaries [<repo>/_output/bin]
-#   GPUDRA_NODES                 NODE=PROFILE list, profiles as in
-#                                `gpu-kubelet-plugin --simulate`
+#   GPUDRA_SIM_NVML_LIBRARY      simulated libnvidia-ml of the nodes' driver
+#                                roots [<repo>/_output/lib/libnvidia-ml-sim.so]
+#   GPUDRA_HELM                  helm, renders the plugin's flags from the chart
+#                                [<repo>/_output/tools/helm]
+#   GPUDRA_NODES                 NODE=PROFILE list, simulation profiles (a
+#                                built-in name or a file, as in make fake-driver-root)
 #                                ["gpu-h100=dgx-h100 gpu-mixed=mixed"]
 #   GPUDRA_ETCD_PORT             etcd client port [23379]
 #   GPUDRA_ETCD_PEER_PORT        etcd peer port [23380]

@@ -74,7 +74,7 @@ start_node() {
 
 cmd_add_node() {
 	local spec=${1:-} node profile
-	[[ $spec == ?*=?* ]] || die "usage: $0 add-node NAME=PROFILE [PLUGIN-FLAG...], e.g. gpu-h200=h200 (profiles as in gpu-kubelet-plugin --simulate)"
+	[[ $spec == ?*=?* ]] || die "usage: $0 add-node NAME=PROFILE [PLUGIN-FLAG...], e.g. gpu-h200=h200 (a simulation profile: a built-in name or a file)"
 	shift
 	node=${spec%%=*} profile=${spec#*=}
 	[[ $node =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] ||
