@@ -3,10 +3,12 @@
 # cluster create-cluster.sh made. Settings: common.sh.
 #
 #   demo/clusters/kind/install-driver.sh --simulated        # no GPUs: simulated DGX H100 nodes
-#   demo/clusters/kind/install-driver.sh --simulated -- --set simulate=mixed
+#   SIM_PROFILE=mixed demo/clusters/kind/install-driver.sh --simulated
 #
 # Options:
-#   --simulated   use values-simulated.yaml (simulated GPUs, no driver)
+#   --simulated   make a simulated driver root of profile $SIM_PROFILE
+#                 (default dgx-h100) on every worker (make fake-driver-root,
+#                 copied in with docker cp) and use values-simulated.yaml
 #   --no-build    do not build the image; load IMAGE:TAG as it is
 #   --no-load     do not load the image into the nodes (it is in a registry)
 #   -- ARGS       pass ARGS to helm upgrade --install
@@ -58,6 +60,20 @@ fi
 
 values=()
 if $simulated; then
+	# The chart's simulated values mount this root on every node.
+	sim_root=/var/lib/gpudra-sim/driver-root
+	need docker
+	for node in $(kind get nodes --name "$KIND_CLUSTER_NAME"); do
+		[[ $node == *control-plane* ]] && continue
+		log "simulated driver root ($SIM_PROFILE) on $node"
+		tmp=$(mktemp -d)
+		make -C "$REPO_ROOT" --no-print-directory fake-driver-root DIR="$tmp/root" PROFILE="${SIM_PROFILE:-dgx-h100}" NODE="$node"
+		docker exec "$node" mkdir -p "$(dirname "$sim_root")"
+		docker exec "$node" rm -rf "$sim_root"
+		# tar keeps the device nodes (docker cp does not copy them).
+		tar -C "$tmp/root" -cf - . | docker exec -i "$node" sh -c "mkdir -p $sim_root && tar -C $sim_root -xf -"
+		rm -rf "$tmp"
+	done
 	values=(--values "$CHART/values-simulated.yaml")
 fi
 log "helm upgrade --install $GPUDRA_RELEASE into namespace $GPUDRA_NAMESPACE"
