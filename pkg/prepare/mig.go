@@ -174,16 +174,33 @@ func migError(err error) error {
 	return err
 }
 
-// teardownMIG destroys the dynamic MIG devices a record created.
-func (m *Manager) teardownMIG(rec *checkpoint.ClaimRecord) error {
+// teardownMIG destroys the dynamic MIG devices a record created. One that
+// is gone is done with, also when another MIG device has its GPU instance
+// ID now (it is not the claim's to destroy).
+func (m *Manager) teardownMIG(ctx context.Context, rec *checkpoint.ClaimRecord) error {
 	for _, d := range rec.Devices {
-		if d.MIG != nil && d.MIG.Dynamic && d.UUID != "" {
-			if err := m.cfg.MIG.Destroy(d.MIG.ParentUUID, d.MIG.GIID); err != nil {
-				return fmt.Errorf("destroy MIG device %s (%s): %w", d.Name, d.UUID, err)
-			}
+		if d.MIG == nil || !d.MIG.Dynamic || d.UUID == "" {
+			continue
+		}
+		if m.cfg.MIG == nil {
+			return fmt.Errorf("destroy MIG device %s (%s) of claim %s/%s: the plugin runs without a MIG manager", d.Name, d.UUID, rec.Namespace, rec.Name)
+		}
+		err := m.cfg.MIG.Destroy(recordedInstance(d))
+		switch {
+		case errors.Is(err, mig.ErrReplaced):
+			klog.FromContext(ctx).Info("MIG device of the claim is already gone; another MIG device has its GPU instance ID and is left alone",
+				"claim", rec.Namespace+"/"+rec.Name, "device", d.Name, "uuid", d.UUID, "gi", d.MIG.GIID, "detail", err.Error())
+		case err != nil:
+			return fmt.Errorf("destroy MIG device %s (%s): %w", d.Name, d.UUID, err)
 		}
 	}
 	return nil
+}
+
+// recordedInstance is the MIG device a checkpoint entry names.
+func recordedInstance(d checkpoint.Device) mig.Instance {
+	return mig.Instance{ParentUUID: d.MIG.ParentUUID, ProfileID: d.MIG.ProfileID, Start: d.MIG.Start, Size: d.MIG.Size,
+		GIID: d.MIG.GIID, CIID: d.MIG.CIID, UUID: d.UUID}
 }
 
 func hasDynamicMIG(rec *checkpoint.ClaimRecord) bool {
@@ -197,7 +214,7 @@ func hasDynamicMIG(rec *checkpoint.ClaimRecord) bool {
 
 // unprepareMIG records UnprepareStarted and destroys the claim's dynamic MIG
 // devices. A crash in between leaves a record that Recover rolls back.
-func (m *Manager) unprepareMIG(rec *checkpoint.ClaimRecord) error {
+func (m *Manager) unprepareMIG(ctx context.Context, rec *checkpoint.ClaimRecord) error {
 	if !hasDynamicMIG(rec) {
 		return nil
 	}
@@ -205,5 +222,5 @@ func (m *Manager) unprepareMIG(rec *checkpoint.ClaimRecord) error {
 	if err := m.putRecord(rec, false); err != nil {
 		return err
 	}
-	return m.teardownMIG(rec)
+	return m.teardownMIG(ctx, rec)
 }

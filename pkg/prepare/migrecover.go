@@ -72,7 +72,7 @@ func (m *Manager) reconcileGPU(ctx context.Context, gpu *model.GPU, rep *Recover
 		}
 		logger.Info("Destroying MIG device no prepared claim accounts for", "gpu", gpu.DeviceName(),
 			"uuid", inst.UUID, "gi", inst.GIID, "start", inst.Start)
-		if err := m.cfg.MIG.Destroy(gpu.UUID, inst.GIID); err != nil {
+		if err := m.cfg.MIG.Destroy(inst); err != nil {
 			return err
 		}
 		rep.MIGDestroyed++
