@@ -38,7 +38,9 @@ type migTarget struct {
 	static *model.MIGDevice
 }
 
-// indexMIG lists the node's published MIG devices by device name.
+// indexMIG lists the node's MIG devices by device name: the existing ones
+// of static MIG GPUs, every placement of every profile (published or not)
+// of dynamically partitioned GPUs.
 func indexMIG(node *model.Node) map[string]migTarget {
 	out := map[string]migTarget{}
 	for i := range node.GPUs {

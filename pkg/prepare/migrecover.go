@@ -93,7 +93,8 @@ func (m *Manager) recreateMIG(ctx context.Context, w wanted) error {
 	d := &rec.Devices[w.idx]
 	t, ok := m.migs[d.Name]
 	if !ok {
-		return fmt.Errorf("claim %s/%s: MIG device %s is no longer published", rec.Namespace, rec.Name, d.Name)
+		return fmt.Errorf("claim %s/%s: MIG device %s is not a placement of this GPU's MIG profiles any more (did the driver change?); "+
+			"drain the node, then remove %s", rec.Namespace, rec.Name, d.Name, m.cfg.Checkpoints.Path(rec.UID))
 	}
 	inst, err := m.cfg.MIG.Create(d.MIG.ParentUUID, t.profile, t.start)
 	if err != nil {

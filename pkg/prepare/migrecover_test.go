@@ -8,6 +8,92 @@ import (
 	"github.com/gpudra/gpudra/pkg/mig"
 )
 
+// --mig-profiles only limits what is published: a claim prepared with a
+// profile that the restarted plugin no longer publishes keeps its MIG device
+// (or gets it back when it went missing), and is unprepared as usual.
+func TestRecoverClaimOfUnpublishedProfile(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		lost     bool
+		recreate int
+	}{
+		{"device kept", false, 0},
+		{"missing device recreated", true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newMIGEnv(t, "dgx-h100", mig.ModeDynamic)
+			m, _ := e.manager()
+			c := gpuClaim("uid-c", "c", "gpu-0-mig-1g10gb-3")
+			_, err := m.Prepare(ctx(t), c)
+			require.NoError(t, err)
+			before := e.instances(0)
+			require.Len(t, before, 1)
+			if tc.lost {
+				require.NoError(t, e.mgr.Destroy(before[0]))
+			}
+
+			e.profiles = []string{"3g.40gb"} // the flag changed across the restart
+			e.reopen()
+			m, rep, err := e.tryManager()
+			require.NoError(t, err, "recovery does not depend on what is published")
+			require.Equal(t, 1, rep.Restored)
+			require.Zero(t, rep.MIGDestroyed)
+			require.Equal(t, tc.recreate, rep.MIGRecreated)
+			after := e.instances(0)
+			require.Len(t, after, 1)
+			require.Equal(t, 3, after[0].Start)
+			if !tc.lost {
+				require.Equal(t, before, after, "the running container's MIG device is kept")
+			}
+			rec, err := m.cfg.Checkpoints.Get("uid-c")
+			require.NoError(t, err)
+			require.Equal(t, after[0].UUID, rec.Devices[0].UUID)
+
+			require.NoError(t, m.Unprepare(ctx(t), ref(c)))
+			require.Empty(t, e.instances(0), "unprepare destroys it")
+		})
+	}
+}
+
+// MIG devices of unpublished profiles that no claim accounts for are
+// orphans like any other: the restart destroys them, so what the scheduler
+// believes free (the whole GPU, placements over theirs) can be prepared.
+func TestRecoverDestroysOrphansOfUnpublishedProfiles(t *testing.T) {
+	e := newMIGEnv(t, "dgx-h100", mig.ModeDynamic)
+	e.profiles = []string{"3g.40gb"}
+	e.reopen()
+	// Left by a plugin that published every profile, or made by hand.
+	_, err := e.mgr.Create(e.node.GPUs[0].UUID, e.migProfile(0, "1g.10gb"), 0)
+	require.NoError(t, err)
+	_, err = e.mgr.Create(e.node.GPUs[1].UUID, e.migProfile(1, "2g.20gb"), 4)
+	require.NoError(t, err)
+
+	m, rep := e.restart()
+	require.Equal(t, 2, rep.MIGDestroyed)
+	require.Empty(t, e.instances(0))
+	require.Empty(t, e.instances(1))
+	_, err = m.Prepare(ctx(t), gpuClaim("uid-w", "w", "gpu-0"))
+	require.NoError(t, err, "the whole GPU is free")
+	_, err = m.Prepare(ctx(t), gpuClaim("uid-m", "m", "gpu-1-mig-3g40gb-4"))
+	require.NoError(t, err, "the placement is free")
+}
+
+// A whole-GPU claim on a GPU that has a MIG device of an unpublished profile
+// is a conflict (the placement is occupied), not an NVML failure to turn
+// MIG mode off with the device still there.
+func TestWholeGPUOverMIGDeviceOfUnpublishedProfile(t *testing.T) {
+	e := newMIGEnv(t, "dgx-h100", mig.ModeDynamic)
+	e.profiles = []string{"3g.40gb"}
+	e.reopen()
+	m, _ := e.manager()
+	_, err := e.mgr.Create(e.node.GPUs[1].UUID, e.migProfile(1, "1g.10gb"), 6)
+	require.NoError(t, err)
+	_, err = m.Prepare(ctx(t), gpuClaim("uid-w", "w", "gpu-1"))
+	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, mig.ErrOccupied)
+	require.Len(t, e.instances(1), 1)
+}
+
 // NVML hands a free GPU instance ID to the next instance: if a claim's MIG
 // device is destroyed behind the plugin's back and another one takes its
 // ID, unpreparing the claim must not destroy the newcomer.
