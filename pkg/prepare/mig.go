@@ -20,10 +20,18 @@ import (
 // MIG layout (create, destroy, MIG mode) happens under that GPU's lock, in
 // this process or another one (rolling update). For a dynamic MIG device
 // the claim is recorded as PrepareStarted before the instance is created,
-// and PrepareCompleted (with the instance's IDs and UUID) after; unprepare
-// records UnprepareStarted before destroying it. Recover destroys every
-// instance on a dynamically partitioned GPU that no completed record
-// accounts for, and recreates those of completed records that are missing.
+// again with the instance's IDs and UUID as soon as it exists (so that a
+// retry or Recover destroys exactly what a crashed prepare created), and
+// PrepareCompleted after; unprepare records UnprepareStarted before
+// destroying it. A recorded instance is destroyed only if its GPU instance
+// ID still names it (mig.Manager.Destroy). Recover destroys every instance
+// on a dynamically partitioned GPU that no completed record accounts for,
+// and recreates those of completed records that are missing.
+//
+// --mig-profiles only limits what is published: the MIG devices of every
+// profile of the GPU's geometry are known here, so claims prepared under
+// another setting keep working, and instances of any profile are seen by
+// cleanup and by a switch to the whole GPU.
 
 // phaseMIGCreated follows the creation of a claim's dynamic MIG devices.
 const phaseMIGCreated = failpoint.PrepareMIGCreated
@@ -153,6 +161,11 @@ func (m *Manager) realizeMIG(ctx context.Context, rec *checkpoint.ClaimRecord) e
 			d.UUID, d.MIG.GIID, d.MIG.CIID = inst.UUID, inst.GIID, inst.CIID
 			created = true
 			klog.FromContext(ctx).V(3).Info("Created MIG device", "device", d.Name, "uuid", inst.UUID, "gi", inst.GIID, "ci", inst.CIID)
+			// Still PrepareStarted; like that state, it only has to survive a
+			// crash of this process, so no fsync.
+			if err := m.putRecord(rec, false); err != nil {
+				return fmt.Errorf("record MIG device %s (%s): %w", d.Name, inst.UUID, err)
+			}
 		case d.MIG == nil:
 			if gpu := m.gpus[d.Name]; gpu != nil && gpu.Partitioning == model.DynamicMIG && !d.AdminAccess {
 				if err := m.cfg.MIG.ReleaseForWholeGPU(gpu.UUID, gpu.MIG); err != nil {

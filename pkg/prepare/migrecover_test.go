@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/mig"
 )
 
@@ -92,6 +93,63 @@ func TestWholeGPUOverMIGDeviceOfUnpublishedProfile(t *testing.T) {
 	require.ErrorIs(t, err, ErrConflict)
 	require.ErrorIs(t, err, mig.ErrOccupied)
 	require.Len(t, e.instances(1), 1)
+}
+
+// A crash after a claim's MIG devices were created and before
+// PrepareCompleted leaves a record that names them, and the restart destroys
+// exactly those: here the operator also switched the node to --mig=static,
+// so no sweep of unaccounted devices runs and a device made by hand stays.
+func TestMIGCrashAfterCreationDestroysExactlyTheCreated(t *testing.T) {
+	e := newMIGEnv(t, "dgx-h100", mig.ModeDynamic)
+	m, _ := e.manager()
+	keep, err := e.mgr.Create(e.node.GPUs[0].UUID, e.migProfile(0, "3g.40gb"), 4)
+	require.NoError(t, err)
+	c := gpuClaim("uid-c", "c", "gpu-0-mig-2g20gb-0", "gpu-0-mig-1g10gb-2")
+	crash(t, phaseMIGCreated, func() { _, _ = m.Prepare(ctx(t), c) })
+
+	rec, err := m.cfg.Checkpoints.Get("uid-c")
+	require.NoError(t, err)
+	require.Equal(t, checkpoint.PrepareStarted, rec.State)
+	byStart := map[int]mig.Instance{}
+	for _, inst := range e.instances(0) {
+		byStart[inst.Start] = inst
+	}
+	require.Len(t, byStart, 3)
+	for _, d := range rec.Devices {
+		inst := byStart[d.MIG.Start]
+		require.Equal(t, inst.UUID, d.UUID, "device %s: the record names the created MIG device", d.Name)
+		require.Equal(t, inst.GIID, d.MIG.GIID, d.Name)
+		require.Equal(t, inst.CIID, d.MIG.CIID, d.Name)
+	}
+
+	e.mode = mig.ModeStatic
+	_, rep := e.restart()
+	require.Equal(t, 1, rep.RolledBack)
+	require.Zero(t, rep.MIGDestroyed, "no sweep on a static MIG GPU")
+	require.Equal(t, []mig.Instance{keep}, e.instances(0))
+}
+
+// During a rolling update the old process dies after creating a claim's MIG
+// device; the kubelet retries on the new process, which recovered before
+// the crash: the retry destroys the recorded device and prepares again.
+func TestMIGCrashRetriedByTheOtherProcess(t *testing.T) {
+	e := newMIGEnv(t, "dgx-h100", mig.ModeDynamic)
+	oldProc, _ := e.manager()
+	newProc, _ := e.manager()
+	c := gpuClaim("uid-c", "c", "gpu-0-mig-1g20gb-2")
+	crash(t, phaseMIGCreated, func() { _, _ = oldProc.Prepare(ctx(t), c) })
+	orphan := e.instances(0)
+	require.Len(t, orphan, 1)
+
+	_, err := newProc.Prepare(ctx(t), c)
+	require.NoError(t, err)
+	insts := e.instances(0)
+	require.Len(t, insts, 1)
+	require.NotEqual(t, orphan[0].UUID, insts[0].UUID, "the orphan was destroyed and the device created again")
+	rec, err := newProc.cfg.Checkpoints.Get("uid-c")
+	require.NoError(t, err)
+	require.Equal(t, checkpoint.PrepareCompleted, rec.State)
+	require.Equal(t, insts[0].UUID, rec.Devices[0].UUID)
 }
 
 // NVML hands a free GPU instance ID to the next instance: if a claim's MIG
