@@ -3,6 +3,7 @@ package mig
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -110,24 +111,68 @@ var fullComputeProfile = map[int]int{
 	8: nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE,
 }
 
-// Destroy removes the GPU instance giID (and its compute instances) from
-// the GPU. An instance that is already gone is not an error.
-func (m *Manager) Destroy(parentUUID string, giID int) error {
-	dev, err := m.device(parentUUID)
+// ErrReplaced marks a MIG device that is gone while another one holds its
+// GPU instance ID: NVML hands a free ID to the next instance created.
+var ErrReplaced = errors.New("the GPU instance ID now belongs to another MIG device")
+
+// Destroy removes the MIG device inst (its GPU instance and compute
+// instances) from the GPU. The GPU instance is looked up by ID and must
+// still be inst: the same profile, placement and MIG device UUID (an inst
+// without UUID stands for a GPU instance without compute instance). A
+// device already gone is not an error; if its ID now names another one,
+// that one is left alone and the error wraps ErrReplaced.
+func (m *Manager) Destroy(inst Instance) error {
+	dev, err := m.device(inst.ParentUUID)
 	if err != nil {
 		return err
 	}
-	gi, ret := dev.GetGpuInstanceById(giID)
+	gi, ret := dev.GetGpuInstanceById(inst.GIID)
 	switch {
 	case gone(ret) || ret == nvml.ERROR_NOT_SUPPORTED:
 		return nil // no such instance, or MIG mode off: nothing to destroy
 	case ret != nvml.SUCCESS:
-		return fmt.Errorf("NVML get GPU instance %d of %s: %w", giID, parentUUID, ret)
+		return fmt.Errorf("NVML get GPU instance %d of %s: %w", inst.GIID, inst.ParentUUID, ret)
+	}
+	if err := sameInstance(dev, gi, inst); err != nil {
+		return fmt.Errorf("MIG device %s (GPU instance %d of %s): %w", inst.UUID, inst.GIID, inst.ParentUUID, err)
 	}
 	if err := destroyGI(gi); err != nil {
-		return fmt.Errorf("destroy GPU instance %d of %s: %w", giID, parentUUID, err)
+		return fmt.Errorf("destroy GPU instance %d of %s: %w", inst.GIID, inst.ParentUUID, err)
 	}
 	return nil
+}
+
+// sameInstance checks that gi is inst, or says what differs (ErrReplaced).
+func sameInstance(dev nvml.Device, gi nvml.GpuInstance, inst Instance) error {
+	info, ret := gi.GetInfo()
+	if gone(ret) {
+		return nil // destroyed meanwhile: destroyGI finds nothing either
+	}
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("NVML get GPU instance info: %w", ret)
+	}
+	if info.ProfileId != inst.ProfileID || int(info.Placement.Start) != inst.Start || int(info.Placement.Size) != inst.Size {
+		return fmt.Errorf("%w: profile ID %d at memory slices %d+%d, not profile ID %d at %d+%d", ErrReplaced,
+			info.ProfileId, info.Placement.Start, info.Placement.Size, inst.ProfileID, inst.Start, inst.Size)
+	}
+	uuids, err := migUUIDs(dev)
+	if err != nil {
+		return err
+	}
+	var live []string
+	for key, u := range uuids {
+		if key[0] == inst.GIID {
+			if u == inst.UUID {
+				return nil
+			}
+			live = append(live, u)
+		}
+	}
+	if inst.UUID == "" && len(live) == 0 {
+		return nil
+	}
+	slices.Sort(live)
+	return fmt.Errorf("%w: it holds MIG device(s) %v", ErrReplaced, live)
 }
 
 // destroyGI destroys every compute instance of gi, then gi.

@@ -87,15 +87,15 @@ func TestLifecycle(t *testing.T) {
 	require.ElementsMatch(t, []mig.Instance{a, b}, insts)
 
 	require.ErrorIs(t, m.ReleaseForWholeGPU(uuid, geo), mig.ErrOccupied)
-	require.NoError(t, m.Destroy(uuid, a.GIID))
-	require.NoError(t, m.Destroy(uuid, a.GIID), "destroying twice is fine")
-	require.NoError(t, m.Destroy(uuid, b.GIID))
+	require.NoError(t, m.Destroy(a))
+	require.NoError(t, m.Destroy(a), "destroying twice is fine")
+	require.NoError(t, m.Destroy(b))
 	_, ret := s.DeviceGetHandleByUUID(b.UUID)
 	require.Equal(t, nvml.ERROR_NOT_FOUND, ret)
 	require.NoError(t, m.ReleaseForWholeGPU(uuid, geo))
 	mode, _, _ = dev.GetMigMode()
 	require.Equal(t, nvml.DEVICE_MIG_DISABLE, mode)
-	require.NoError(t, m.Destroy(uuid, a.GIID), "MIG mode off: nothing to destroy")
+	require.NoError(t, m.Destroy(a), "MIG mode off: nothing to destroy")
 }
 
 func TestApply(t *testing.T) {
@@ -132,4 +132,69 @@ func TestDevicesOfStaticLayout(t *testing.T) {
 		names = append(names, model.MIGDeviceName(&model.GPU{}, d.Profile, d.Start))
 	}
 	require.ElementsMatch(t, []string{"gpu-0-mig-3g40gb-4", "gpu-0-mig-2g20gb-2", "gpu-0-mig-1g10gb-0", "gpu-0-mig-1g10gb-1"}, names)
+}
+
+// TestDestroyChecksIdentity: NVML hands a free GPU instance ID to the next
+// instance created, so Destroy only destroys the instance it is given (the
+// same profile, placement and MIG device UUID), never whatever has its ID now.
+func TestDestroyChecksIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// then creates an instance after the recorded one is destroyed (""
+		// leaves the recorded one in place).
+		then string
+		// edit changes the recorded instance, as a record of another GPU
+		// instance would.
+		edit    func(*mig.Instance)
+		wantErr error
+		// gone: the recorded instance is destroyed (or was already).
+		gone bool
+	}{
+		{name: "the instance itself", gone: true},
+		{name: "already destroyed", then: "-", gone: true},
+		{name: "ID reused by another profile", then: "1g.20gb", wantErr: mig.ErrReplaced},
+		{name: "ID reused by a new instance of the profile", then: "2g.20gb", wantErr: mig.ErrReplaced},
+		{name: "another placement", edit: func(i *mig.Instance) { i.Start = 4 }, wantErr: mig.ErrReplaced},
+		{name: "another MIG device UUID", edit: func(i *mig.Instance) { i.UUID = "MIG-00000000-0000-0000-0000-000000000000" }, wantErr: mig.ErrReplaced},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := server(t, "dgx-h100")
+			_, uuid, geo := gpu0(t, s)
+			m := mig.NewManager(s)
+			recorded, err := m.Create(uuid, profileOf(t, geo, "2g.20gb"), 2)
+			require.NoError(t, err)
+			live := recorded
+			if tc.then != "" {
+				require.NoError(t, m.Destroy(recorded))
+				if tc.then != "-" {
+					live, err = m.Create(uuid, profileOf(t, geo, tc.then), 2)
+					require.NoError(t, err)
+					require.Equal(t, recorded.GIID, live.GIID, "precondition: the ID is reused")
+				}
+			}
+			if tc.edit != nil {
+				tc.edit(&recorded)
+			}
+			err = m.Destroy(recorded)
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+			} else {
+				require.NoError(t, err)
+			}
+			insts, err := m.Instances(uuid, geo)
+			require.NoError(t, err)
+			if tc.gone {
+				require.Empty(t, insts)
+			} else {
+				require.Equal(t, []mig.Instance{live}, insts, "the other instance is left alone")
+			}
+		})
+	}
+}
+
+func profileOf(t *testing.T, geo *model.MIGGeometry, name string) model.MIGProfile {
+	t.Helper()
+	i := slices.IndexFunc(geo.Profiles, func(p model.MIGProfile) bool { return p.Name == name })
+	require.GreaterOrEqual(t, i, 0, name)
+	return geo.Profiles[i]
 }

@@ -17,9 +17,12 @@ import (
 // ResourceSlice, and the scheduler's allocator examines every device of a
 // node for every claim it places there, so publishing only the profiles a
 // cluster uses makes scheduling on dynamic-MIG nodes proportionally cheaper
-// (README: Performance). The GPU's counters are unchanged: what is published
-// can never over-allocate a GPU. A name no GPU of the node knows is logged,
-// not fatal: one DaemonSet flag serves nodes of different GPU models.
+// (README: Performance). Only publication changes: the GPU's geometry keeps
+// every profile, so its counters are unchanged (what is published can never
+// over-allocate a GPU) and recovery, cleanup and MIG mode changes see MIG
+// devices of every profile, also those of claims prepared before the flag
+// changed. A name no GPU of the node knows is logged, not fatal: one
+// DaemonSet flag serves nodes of different GPU models.
 func RestrictProfiles(ctx context.Context, node *model.Node, names []string) {
 	if len(names) == 0 {
 		return
@@ -31,16 +34,13 @@ func RestrictProfiles(ctx context.Context, node *model.Node, names []string) {
 		if g.Partitioning != model.DynamicMIG || g.MIG == nil {
 			continue
 		}
-		// The geometry is shared with other users of the model: copy it.
-		geo := *g.MIG
-		geo.Profiles = nil
+		g.UnpublishedMIGProfiles = nil
 		for _, p := range g.MIG.Profiles {
 			known[p.Name] = true
-			if slices.Contains(names, p.Name) {
-				geo.Profiles = append(geo.Profiles, p)
+			if !slices.Contains(names, p.Name) {
+				g.UnpublishedMIGProfiles = append(g.UnpublishedMIGProfiles, p.Name)
 			}
 		}
-		g.MIG = &geo
 	}
 	if len(known) == 0 {
 		return

@@ -20,19 +20,20 @@ func TestRestrictProfiles(t *testing.T) {
 			{Minor: 2, Partitioning: model.WholeGPU},
 		}}
 	}
-	names := func(g model.GPU) []string {
+	names := func(ps []model.MIGProfile) []string {
 		var out []string
-		for _, p := range g.MIG.Profiles {
+		for _, p := range ps {
 			out = append(out, p.Name)
 		}
 		return out
 	}
+	all := []string{"1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"}
 	tests := []struct {
 		name  string
 		allow []string
 		want  []string
 	}{
-		{"empty keeps all", nil, []string{"1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"}},
+		{"empty keeps all", nil, all},
 		{"subset", []string{"3g.40gb", "1g.10gb"}, []string{"1g.10gb", "3g.40gb"}},
 		{"unknown names are ignored", []string{"1g.5gb", "7g.80gb"}, []string{"7g.80gb"}},
 		{"none known publishes no MIG device", []string{"1g.5gb"}, nil},
@@ -41,9 +42,11 @@ func TestRestrictProfiles(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			n := node()
 			RestrictProfiles(context.Background(), n, tt.allow)
-			assert.Equal(t, tt.want, names(n.GPUs[0]))
-			assert.Len(t, n.GPUs[1].MIG.Profiles, 4, "static MIG publishes the devices that exist")
-			assert.Len(t, geo.Profiles, 4, "the shared geometry is not modified")
+			assert.Equal(t, tt.want, names(n.GPUs[0].PublishedMIGProfiles()))
+			assert.Equal(t, all, names(n.GPUs[0].MIG.Profiles), "the geometry keeps every profile: recovery and cleanup need them")
+			assert.Same(t, geo, n.GPUs[0].MIG, "the shared geometry is neither copied nor modified")
+			assert.Equal(t, all, names(geo.Profiles))
+			assert.Empty(t, n.GPUs[1].UnpublishedMIGProfiles, "static MIG publishes the devices that exist")
 		})
 	}
 }

@@ -37,8 +37,14 @@ type GPU struct {
 	// connected by NVLink (directly or through NVSwitch) with this one: the
 	// UUID of the group's first GPU. Empty when the GPU has no NVLink peer.
 	NVLinkDomain string `json:"nvlinkDomain,omitempty"`
-	// MIG is the MIG geometry of a MIG-capable GPU; nil otherwise.
+	// MIG is the MIG geometry of a MIG-capable GPU; nil otherwise. It lists
+	// every profile of the GPU, published or not.
 	MIG *MIGGeometry `json:"mig,omitempty"`
+	// UnpublishedMIGProfiles are the profiles of MIG that a dynamically
+	// partitioned GPU does not publish (--mig-profiles, see
+	// PublishedMIGProfiles). MIG devices of these profiles may still exist
+	// (made by hand, or prepared under another setting).
+	UnpublishedMIGProfiles []string `json:"unpublishedMIGProfiles,omitempty"`
 	// MIGDevices are the MIG devices that exist (MIG mode enabled).
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
 	// Partitioning is how the plugin publishes the GPU (see pkg/mig.Apply).

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -100,3 +101,21 @@ func (g GPU) CounterSetName() string { return deviceNamePrefix + strconv.Itoa(g.
 
 // PublishesWhole reports whether the GPU itself is a published device.
 func (g GPU) PublishesWhole() bool { return g.Partitioning != StaticMIG }
+
+// PublishedMIGProfiles are the profiles whose placements a dynamically
+// partitioned GPU publishes: those of its geometry less the unpublished ones.
+func (g GPU) PublishedMIGProfiles() []MIGProfile {
+	if g.MIG == nil {
+		return nil
+	}
+	if len(g.UnpublishedMIGProfiles) == 0 {
+		return g.MIG.Profiles
+	}
+	out := make([]MIGProfile, 0, len(g.MIG.Profiles))
+	for _, p := range g.MIG.Profiles {
+		if !slices.Contains(g.UnpublishedMIGProfiles, p.Name) {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -164,7 +164,7 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 	if err := m.releaseSharing(ctx, rec); err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}
-	if err := m.unprepareMIG(rec); err != nil {
+	if err := m.unprepareMIG(ctx, rec); err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}
 	if err := m.forget(rec); err != nil {

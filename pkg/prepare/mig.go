@@ -20,10 +20,18 @@ import (
 // MIG layout (create, destroy, MIG mode) happens under that GPU's lock, in
 // this process or another one (rolling update). For a dynamic MIG device
 // the claim is recorded as PrepareStarted before the instance is created,
-// and PrepareCompleted (with the instance's IDs and UUID) after; unprepare
-// records UnprepareStarted before destroying it. Recover destroys every
-// instance on a dynamically partitioned GPU that no completed record
-// accounts for, and recreates those of completed records that are missing.
+// again with the instance's IDs and UUID as soon as it exists (so that a
+// retry or Recover destroys exactly what a crashed prepare created), and
+// PrepareCompleted after; unprepare records UnprepareStarted before
+// destroying it. A recorded instance is destroyed only if its GPU instance
+// ID still names it (mig.Manager.Destroy). Recover destroys every instance
+// on a dynamically partitioned GPU that no completed record accounts for,
+// and recreates those of completed records that are missing.
+//
+// --mig-profiles only limits what is published: the MIG devices of every
+// profile of the GPU's geometry are known here, so claims prepared under
+// another setting keep working, and instances of any profile are seen by
+// cleanup and by a switch to the whole GPU.
 
 // phaseMIGCreated follows the creation of a claim's dynamic MIG devices.
 const phaseMIGCreated = failpoint.PrepareMIGCreated
@@ -38,7 +46,9 @@ type migTarget struct {
 	static *model.MIGDevice
 }
 
-// indexMIG lists the node's published MIG devices by device name.
+// indexMIG lists the node's MIG devices by device name: the existing ones
+// of static MIG GPUs, every placement of every profile (published or not)
+// of dynamically partitioned GPUs.
 func indexMIG(node *model.Node) map[string]migTarget {
 	out := map[string]migTarget{}
 	for i := range node.GPUs {
@@ -151,6 +161,11 @@ func (m *Manager) realizeMIG(ctx context.Context, rec *checkpoint.ClaimRecord) e
 			d.UUID, d.MIG.GIID, d.MIG.CIID = inst.UUID, inst.GIID, inst.CIID
 			created = true
 			klog.FromContext(ctx).V(3).Info("Created MIG device", "device", d.Name, "uuid", inst.UUID, "gi", inst.GIID, "ci", inst.CIID)
+			// Still PrepareStarted; like that state, it only has to survive a
+			// crash of this process, so no fsync.
+			if err := m.putRecord(rec, false); err != nil {
+				return fmt.Errorf("record MIG device %s (%s): %w", d.Name, inst.UUID, err)
+			}
 		case d.MIG == nil:
 			if gpu := m.gpus[d.Name]; gpu != nil && gpu.Partitioning == model.DynamicMIG && !d.AdminAccess {
 				if err := m.cfg.MIG.ReleaseForWholeGPU(gpu.UUID, gpu.MIG); err != nil {
@@ -174,16 +189,33 @@ func migError(err error) error {
 	return err
 }
 
-// teardownMIG destroys the dynamic MIG devices a record created.
-func (m *Manager) teardownMIG(rec *checkpoint.ClaimRecord) error {
+// teardownMIG destroys the dynamic MIG devices a record created. One that
+// is gone is done with, also when another MIG device has its GPU instance
+// ID now (it is not the claim's to destroy).
+func (m *Manager) teardownMIG(ctx context.Context, rec *checkpoint.ClaimRecord) error {
 	for _, d := range rec.Devices {
-		if d.MIG != nil && d.MIG.Dynamic && d.UUID != "" {
-			if err := m.cfg.MIG.Destroy(d.MIG.ParentUUID, d.MIG.GIID); err != nil {
-				return fmt.Errorf("destroy MIG device %s (%s): %w", d.Name, d.UUID, err)
-			}
+		if d.MIG == nil || !d.MIG.Dynamic || d.UUID == "" {
+			continue
+		}
+		if m.cfg.MIG == nil {
+			return fmt.Errorf("destroy MIG device %s (%s) of claim %s/%s: the plugin runs without a MIG manager", d.Name, d.UUID, rec.Namespace, rec.Name)
+		}
+		err := m.cfg.MIG.Destroy(recordedInstance(d))
+		switch {
+		case errors.Is(err, mig.ErrReplaced):
+			klog.FromContext(ctx).Info("MIG device of the claim is already gone; another MIG device has its GPU instance ID and is left alone",
+				"claim", rec.Namespace+"/"+rec.Name, "device", d.Name, "uuid", d.UUID, "gi", d.MIG.GIID, "detail", err.Error())
+		case err != nil:
+			return fmt.Errorf("destroy MIG device %s (%s): %w", d.Name, d.UUID, err)
 		}
 	}
 	return nil
+}
+
+// recordedInstance is the MIG device a checkpoint entry names.
+func recordedInstance(d checkpoint.Device) mig.Instance {
+	return mig.Instance{ParentUUID: d.MIG.ParentUUID, ProfileID: d.MIG.ProfileID, Start: d.MIG.Start, Size: d.MIG.Size,
+		GIID: d.MIG.GIID, CIID: d.MIG.CIID, UUID: d.UUID}
 }
 
 func hasDynamicMIG(rec *checkpoint.ClaimRecord) bool {
@@ -197,7 +229,7 @@ func hasDynamicMIG(rec *checkpoint.ClaimRecord) bool {
 
 // unprepareMIG records UnprepareStarted and destroys the claim's dynamic MIG
 // devices. A crash in between leaves a record that Recover rolls back.
-func (m *Manager) unprepareMIG(rec *checkpoint.ClaimRecord) error {
+func (m *Manager) unprepareMIG(ctx context.Context, rec *checkpoint.ClaimRecord) error {
 	if !hasDynamicMIG(rec) {
 		return nil
 	}
@@ -205,5 +237,5 @@ func (m *Manager) unprepareMIG(rec *checkpoint.ClaimRecord) error {
 	if err := m.putRecord(rec, false); err != nil {
 		return err
 	}
-	return m.teardownMIG(rec)
+	return m.teardownMIG(ctx, rec)
 }

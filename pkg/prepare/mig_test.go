@@ -26,8 +26,13 @@ type migEnv struct {
 	profile string
 	state   string
 	mode    mig.Mode
-	srv     *sim.Server
-	mgr     *mig.Manager
+	// profiles is --mig-profiles (empty: every profile is published).
+	profiles []string
+	srv      *sim.Server
+	mgr      *mig.Manager
+	// full is each GPU's complete MIG geometry as discovered, whatever
+	// profiles publishes: the tests look at the GPUs through it.
+	full []*model.MIGGeometry
 }
 
 func newMIGEnv(t testing.TB, profile string, mode mig.Mode) *migEnv {
@@ -48,11 +53,23 @@ func (e *migEnv) open() {
 	node, err := discovery.Discover(context.Background(), e.srv, discovery.Options{})
 	require.NoError(e.t, err)
 	mig.Apply(node, e.mode)
+	e.full = e.full[:0]
+	for _, g := range node.GPUs {
+		e.full = append(e.full, g.MIG)
+	}
+	mig.RestrictProfiles(context.Background(), node, e.profiles)
 	e.node = node
 	e.mgr = mig.NewManager(e.srv)
 }
 
 func (e *migEnv) manager() (*Manager, RecoverReport) {
+	e.t.Helper()
+	m, rep, err := e.tryManager()
+	require.NoError(e.t, err)
+	return m, rep
+}
+
+func (e *migEnv) tryManager() (*Manager, RecoverReport, error) {
 	e.t.Helper()
 	store, err := checkpoint.Open(checkpoint.Options{Dir: e.ckDir, BootID: func() (string, error) { return e.bootID, nil }})
 	require.NoError(e.t, err)
@@ -64,20 +81,35 @@ func (e *migEnv) manager() (*Manager, RecoverReport) {
 	m, err := New(Config{DriverName: testDriver, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir, MIG: e.mgr})
 	require.NoError(e.t, err)
 	rep, err := m.Recover(ctx(e.t))
-	require.NoError(e.t, err)
-	return m, rep
+	return m, rep, err
 }
 
 // restart simulates the plugin process dying and starting again.
 func (e *migEnv) restart() (*Manager, RecoverReport) {
-	_ = e.srv.Shutdown()
-	e.open()
+	e.reopen()
 	return e.manager()
 }
 
+// reopen is the NVML side of a restart: a new server over the state file.
+func (e *migEnv) reopen() {
+	_ = e.srv.Shutdown()
+	e.open()
+}
+
+// migProfile is a profile of a GPU's full geometry, published or not.
+func (e *migEnv) migProfile(gpu int, name string) model.MIGProfile {
+	e.t.Helper()
+	for _, p := range e.full[gpu].Profiles {
+		if p.Name == name {
+			return p
+		}
+	}
+	e.t.Fatalf("GPU %d has no MIG profile %s", gpu, name)
+	return model.MIGProfile{}
+}
+
 func (e *migEnv) instances(gpu int) []mig.Instance {
-	g := e.node.GPUs[gpu]
-	insts, err := e.mgr.Instances(g.UUID, g.MIG)
+	insts, err := e.mgr.Instances(e.node.GPUs[gpu].UUID, e.full[gpu])
 	require.NoError(e.t, err)
 	return insts
 }
@@ -213,7 +245,7 @@ func TestReconcileDestroysStrangersAndRecreatesMissing(t *testing.T) {
 	old := e.instances(3)[0]
 
 	// Someone destroys the claim's device and creates another one by hand.
-	require.NoError(t, e.mgr.Destroy(old.ParentUUID, old.GIID))
+	require.NoError(t, e.mgr.Destroy(old))
 	geo := e.node.GPUs[3].MIG
 	p := geo.Profiles[0]
 	for _, q := range geo.Profiles {

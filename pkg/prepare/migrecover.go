@@ -72,7 +72,7 @@ func (m *Manager) reconcileGPU(ctx context.Context, gpu *model.GPU, rep *Recover
 		}
 		logger.Info("Destroying MIG device no prepared claim accounts for", "gpu", gpu.DeviceName(),
 			"uuid", inst.UUID, "gi", inst.GIID, "start", inst.Start)
-		if err := m.cfg.MIG.Destroy(gpu.UUID, inst.GIID); err != nil {
+		if err := m.cfg.MIG.Destroy(inst); err != nil {
 			return err
 		}
 		rep.MIGDestroyed++
@@ -93,7 +93,8 @@ func (m *Manager) recreateMIG(ctx context.Context, w wanted) error {
 	d := &rec.Devices[w.idx]
 	t, ok := m.migs[d.Name]
 	if !ok {
-		return fmt.Errorf("claim %s/%s: MIG device %s is no longer published", rec.Namespace, rec.Name, d.Name)
+		return fmt.Errorf("claim %s/%s: MIG device %s is not a placement of this GPU's MIG profiles any more (did the driver change?); "+
+			"drain the node, then remove %s", rec.Namespace, rec.Name, d.Name, m.cfg.Checkpoints.Path(rec.UID))
 	}
 	inst, err := m.cfg.MIG.Create(d.MIG.ParentUUID, t.profile, t.start)
 	if err != nil {

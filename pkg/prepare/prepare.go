@@ -95,7 +95,7 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 		if err := m.dropHoldersOutside(rec, names); err != nil {
 			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
 		}
-		if err := m.teardownMIG(rec); err != nil {
+		if err := m.teardownMIG(ctx, rec); err != nil {
 			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
 		}
 	}
@@ -282,7 +282,7 @@ func (m *Manager) rollback(ctx context.Context, rec *checkpoint.ClaimRecord) {
 		logger.Error(err, "Rollback: undoing the GPU sharing setup failed; it will be retried at restart", "claimUID", rec.UID)
 		return
 	}
-	if err := m.teardownMIG(rec); err != nil {
+	if err := m.teardownMIG(ctx, rec); err != nil {
 		logger.Error(err, "Rollback: destroying MIG devices failed; they will be destroyed at restart", "claimUID", rec.UID)
 		return
 	}

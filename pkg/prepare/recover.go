@@ -111,6 +111,11 @@ func (m *Manager) recoverClaim(ctx context.Context, seen *checkpoint.ClaimRecord
 		if err := m.releaseSharing(ctx, rec); err != nil {
 			return err
 		}
+		// Exactly the MIG devices the interrupted prepare recorded (also when
+		// the GPU is no longer dynamically partitioned, so no sweep runs).
+		if err := m.teardownMIG(ctx, rec); err != nil {
+			return err
+		}
 		if err := m.discard(rec); err != nil {
 			return err
 		}

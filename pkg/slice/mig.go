@@ -105,7 +105,7 @@ func migDevices(node *model.Node, gpu *model.GPU) ([]resourceapi.Device, error) 
 			out = append(out, d)
 		}
 	case model.DynamicMIG:
-		for _, p := range gpu.MIG.Profiles {
+		for _, p := range gpu.PublishedMIGProfiles() {
 			for _, start := range p.Placements {
 				d, err := migDevice(node, gpu, p.Name, start, p.MemoryBytes, p.MIGEngines)
 				if err != nil {

@@ -193,3 +193,33 @@ func TestMIGSlicesRespectLimits(t *testing.T) {
 	require.Equal(t, 8*26, devices)
 	require.Equal(t, len(node.GPUs), sets)
 }
+
+// --mig-profiles limits the published MIG devices to those profiles'
+// placements; the whole GPUs and the counters stay as they are.
+func TestRestrictedMIGProfiles(t *testing.T) {
+	published := func(allow []string) (profiles map[string]int, wholes int, counters []resourceapi.CounterSet) {
+		node := simNode(t, "dgx-h100", "n1")
+		mig.Apply(node, mig.ModeDynamic)
+		mig.RestrictProfiles(context.Background(), node, allow)
+		res, err := slice.Resources("n1", node, slice.Options{})
+		require.NoError(t, err)
+		profiles = map[string]int{}
+		for _, s := range slice.Objects(driverName, "n1", res) {
+			counters = append(counters, s.Spec.SharedCounters...)
+			for _, d := range s.Spec.Devices {
+				if p := d.Attributes[slice.AttrProfile].StringValue; p != nil {
+					profiles[*p]++
+				} else {
+					wholes++
+				}
+			}
+		}
+		return profiles, wholes, counters
+	}
+	allProfiles, allWholes, allCounters := published(nil)
+	require.Len(t, allProfiles, 7)
+	profiles, wholes, counters := published([]string{"3g.40gb", "1g.10gb", "1g.5gb"})
+	require.Equal(t, map[string]int{"1g.10gb": 8 * 7, "3g.40gb": 8 * 2}, profiles, "8 GPUs × placements")
+	require.Equal(t, allWholes, wholes)
+	require.Equal(t, allCounters, counters)
+}
