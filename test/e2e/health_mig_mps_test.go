@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -77,8 +78,9 @@ func TestHealthWithDynamicMIGAndMPS(t *testing.T) {
 	parent := m[1]
 	rec := readRecord(t, migNode, string(claim.UID))
 	migUUID := rec.Devices[0].UUID
-	if rec.MPS == nil || rec.MPS.PID <= 0 || !pidAlive(rec.MPS.PID) {
-		t.Fatalf("the claim's MPS daemon is not running: %+v", rec.MPS)
+	pipe := filepath.Join(pluginDir(migNode), "mps", string(claim.UID), "pipe")
+	if d := mpsDaemons(t, pipe); rec.MPS == nil || len(d) != 1 {
+		t.Fatalf("the claim's MPS daemon is not running: %+v, daemons %v", rec.MPS, d)
 	}
 	if devs := migDevicesInNVML(t, migNode); devs[migUUID] != "1g.10gb" {
 		t.Fatalf("MIG device %s of the pod missing in NVML: %v", migUUID, devs)
@@ -103,8 +105,8 @@ func TestHealthWithDynamicMIGAndMPS(t *testing.T) {
 	}
 	waitMIG(t, "evicted pod's MIG device destroyed", func(d map[string]string) bool { return d[migUUID] == "" })
 	if err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return !pidAlive(rec.MPS.PID), nil
+		return len(mpsDaemons(t, pipe)) == 0, nil
 	}); err != nil {
-		t.Fatalf("MPS daemon %d still runs after the claim was unprepared", rec.MPS.PID)
+		t.Fatalf("MPS daemons %v still run after the claim was unprepared", mpsDaemons(t, pipe))
 	}
 }
