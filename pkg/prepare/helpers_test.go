@@ -155,18 +155,36 @@ func (m *Manager) holders(device string) []string {
 }
 
 // recordingSlicer is a TimeSlicer that remembers the last interval per GPU.
+// Like nvidia-smi run through exec.CommandContext, it does nothing once the
+// context is done.
 type recordingSlicer struct {
 	mu    sync.Mutex
 	set   map[string]v1alpha1.TimeSliceInterval
 	calls int
 	fail  error
+	// lost fails the calls for these GPUs only (a GPU fallen off the bus).
+	lost map[string]error
+	// before, when set, runs first in every call, e.g. to let a deadline pass.
+	before func(uuid string)
 }
 
-func (r *recordingSlicer) SetTimeSlice(_ context.Context, uuid string, i v1alpha1.TimeSliceInterval) error {
+func (r *recordingSlicer) SetTimeSlice(ctx context.Context, uuid string, i v1alpha1.TimeSliceInterval) error {
+	r.mu.Lock()
+	before := r.before
+	r.mu.Unlock()
+	if before != nil {
+		before(uuid)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("nvidia-smi was not run: %w", err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail != nil {
 		return r.fail
+	}
+	if err := r.lost[uuid]; err != nil {
+		return err
 	}
 	r.calls++
 	r.set[uuid] = i
@@ -177,6 +195,26 @@ func (r *recordingSlicer) get(uuid string) v1alpha1.TimeSliceInterval {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.set[uuid]
+}
+
+// setLost makes every call for the GPU fail (err) or succeed again (nil).
+func (r *recordingSlicer) setLost(uuid string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lost == nil {
+		r.lost = map[string]error{}
+	}
+	if err == nil {
+		delete(r.lost, uuid)
+		return
+	}
+	r.lost[uuid] = err
+}
+
+func (r *recordingSlicer) setBefore(f func(uuid string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.before = f
 }
 
 var (

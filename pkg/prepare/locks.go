@@ -7,38 +7,47 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+
+	"github.com/gpudra/gpudra/pkg/model"
 )
 
-// deviceLocks are per-device file locks (flock) in a directory that every
-// plugin process of the node shares. During a rolling update the old and the
-// new plugin run side by side and the kubelet may call either; the locks
-// serialize work on a device across both processes, and within one process
-// across goroutines (each acquisition opens its own file description).
+// deviceLocks are file locks (flock) in a directory that every plugin
+// process of the node shares. During a rolling update the old and the new
+// plugin run side by side and the kubelet may call either; the locks
+// serialize work across both processes, and within one process across
+// goroutines (each acquisition opens its own file description).
+//
+// There are two kinds, always taken in this order:
+//   - a claim's lock (claims/<uid>.lock), held while anything of that claim
+//     is prepared, unprepared or cleaned up, so a check like "this claim has
+//     no record" stays true until the caller acts on it;
+//   - the locks of the claim's devices (<device>.lock), in name order, so
+//     claims that overlap cannot deadlock.
+//
+// A device lock is any valid device name, including one the node no longer
+// has: the claims recorded on it must still be unprepared.
 type deviceLocks struct {
-	dir   string
-	known map[string]bool
+	dir string
 }
 
-func newDeviceLocks(dir string, devices []string) (*deviceLocks, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+const claimLockDir = "claims"
+
+func newDeviceLocks(dir string) (*deviceLocks, error) {
+	if err := os.MkdirAll(filepath.Join(dir, claimLockDir), 0o700); err != nil {
 		return nil, fmt.Errorf("create lock directory %s: %w", dir, err)
 	}
-	l := &deviceLocks{dir: dir, known: map[string]bool{}}
-	for _, d := range devices {
-		l.known[d] = true
-	}
-	return l, nil
+	return &deviceLocks{dir: dir}, nil
 }
 
-// lock takes the locks of the named devices in sorted order (so claims that
-// overlap cannot deadlock) and returns the function that releases them.
+// lock takes the locks of the named devices in sorted order and returns the
+// function that releases them.
 func (l *deviceLocks) lock(names []string) (func(), error) {
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	for _, n := range sorted {
-		if !l.known[n] {
-			return nil, fmt.Errorf("device %q is not a GPU of this node; it may have been removed since the claim was allocated: %w", n, ErrUnknownDevice)
+		if err := validateLockName(n); err != nil {
+			return nil, err
 		}
 	}
 	files := make([]*os.File, 0, len(sorted))
@@ -49,26 +58,78 @@ func (l *deviceLocks) lock(names []string) (func(), error) {
 		}
 	}
 	for _, n := range sorted {
-		f, err := os.OpenFile(filepath.Join(l.dir, n+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+		f, err := openLocked(filepath.Join(l.dir, n+".lock"))
 		if err != nil {
 			unlock()
-			return nil, fmt.Errorf("open lock of %s: %w", n, err)
-		}
-		if err := flock(f); err != nil {
-			_ = f.Close()
-			unlock()
-			return nil, fmt.Errorf("lock %s: %w", n, err)
+			return nil, fmt.Errorf("lock device %s: %w", n, err)
 		}
 		files = append(files, f)
 	}
 	return unlock, nil
 }
 
-func flock(f *os.File) error {
+// lockClaim takes a claim's lock. Its file exists only while the lock is
+// held: the release removes it (before unlocking), and a waiter that then
+// gets the lock of a removed file tries again, so no file is left behind
+// per claim and no two holders ever hold "the" lock.
+func (l *deviceLocks) lockClaim(uid string) (func(), error) {
+	if err := model.ValidateUID(uid); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(l.dir, claimLockDir, uid+".lock")
+	for {
+		f, err := openLocked(path)
+		if err != nil {
+			return nil, fmt.Errorf("lock claim %s: %w", uid, err)
+		}
+		if sameFile(f, path) {
+			return func() {
+				_ = os.Remove(path)
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				_ = f.Close()
+			}, nil
+		}
+		// The previous holder removed the file while we waited.
+		_ = f.Close()
+	}
+}
+
+// openLocked opens (creating) path and takes an exclusive flock on it.
+func openLocked(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err == nil {
+			return f, nil
+		}
 		if !errors.Is(err, syscall.EINTR) {
-			return err
+			_ = f.Close()
+			return nil, err
 		}
 	}
+}
+
+// sameFile reports whether f is still the file at path.
+func sameFile(f *os.File, path string) bool {
+	held, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	now, err := os.Stat(path)
+	return err == nil && os.SameFile(held, now)
+}
+
+// validateLockName keeps device names usable as file names.
+func validateLockName(name string) error {
+	ok := name != "" && len(name) <= 128
+	for _, c := range name {
+		ok = ok && (c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-')
+	}
+	if !ok {
+		return fmt.Errorf("invalid device name %q: must be 1 to 128 lower-case letters, digits and '-'", name)
+	}
+	return nil
 }

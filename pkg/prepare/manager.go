@@ -6,9 +6,9 @@
 // spec and then the record. Every step is idempotent, so a repeated call or a
 // restart after a crash converges (see Recover).
 //
-// Locking is per device, never global: claims on different GPUs prepare in
-// parallel. A claim locks its devices in name order, so two claims that
-// overlap cannot deadlock.
+// Locking is per claim and per device, never global: claims on different
+// GPUs prepare in parallel. A claim takes its own lock, then its devices'
+// in name order, so two claims that overlap cannot deadlock (locks.go).
 package prepare
 
 import (
@@ -47,7 +47,14 @@ type Config struct {
 	TimeSlicer sharing.TimeSlicer
 	// MPS runs the MPS control daemons; nil refuses MPS claims and shares.
 	MPS *sharing.MPSControl
+	// CleanupTimeout bounds an unprepare and the rollback of a failed
+	// prepare (default 2m). Both run under a context of their own, not the
+	// kubelet's: a deadline passing half-way must not leave a claim half
+	// released.
+	CleanupTimeout time.Duration
 }
+
+const defaultCleanupTimeout = 2 * time.Minute
 
 // Manager prepares and unprepares claims. It keeps no state between calls
 // that is not on disk: during a rolling update another plugin process works
@@ -59,21 +66,25 @@ type Manager struct {
 	locks *deviceLocks
 	// metrics is set by NewMetrics before serving; nil records nothing.
 	metrics *Metrics
+	// recoverFailed is what the last Recover could not settle (for metrics).
+	recoverMu     sync.Mutex
+	recoverFailed []RecoverFailure
 }
 
 // New creates a Manager. Call Recover before serving requests.
 func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, gpus: make(map[string]*model.GPU, len(cfg.Node.GPUs)), migs: indexMIG(cfg.Node)}
-	names := make([]string, 0, len(cfg.Node.GPUs))
 	for i := range cfg.Node.GPUs {
 		g := &cfg.Node.GPUs[i]
 		m.gpus[g.DeviceName()] = g
-		names = append(names, g.DeviceName())
 	}
 	if len(m.migs) > 0 && cfg.MIG == nil {
 		return nil, fmt.Errorf("the node publishes MIG devices but the prepare manager has no MIG manager")
 	}
-	locks, err := newDeviceLocks(cfg.LockDir, names)
+	if m.cfg.CleanupTimeout <= 0 {
+		m.cfg.CleanupTimeout = defaultCleanupTimeout
+	}
+	locks, err := newDeviceLocks(cfg.LockDir)
 	if err != nil {
 		return nil, err
 	}
@@ -130,48 +141,61 @@ func forEach[T any, R any](items []T, f func(T) (types.UID, R)) map[types.UID]R 
 	return results
 }
 
-// Unprepare undoes Prepare. Unknown claims succeed (idempotency).
+// Unprepare undoes Prepare. Unknown claims succeed (idempotency). It runs
+// to the end under its own context, past the kubelet's deadline if need be:
+// the kubelet's retry then finds nothing left to do.
 func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedObject) error {
-	logger := klog.FromContext(ctx)
-	uid := string(claim.UID)
-	seen, err := m.cfg.Checkpoints.Get(uid)
-	if err != nil {
+	ctx, cancel := m.cleanupContext(ctx)
+	defer cancel()
+	if err := m.unprepare(ctx, string(claim.UID)); err != nil {
 		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
 	}
-	if seen == nil {
-		// Never prepared, or already unprepared: nothing is held. Removing
-		// the spec is idempotent and cheap, so make sure none is left.
-		return m.cfg.CDI.RemoveClaim(uid)
-	}
-	unlock, err := m.locks.lock(lockNames(seen.Devices))
+	return nil
+}
+
+func (m *Manager) unprepare(ctx context.Context, uid string) error {
+	unlockClaim, err := m.locks.lockClaim(uid)
 	if err != nil {
-		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+		return err
 	}
-	defer unlock()
-	// Read again under the locks: another plugin process (rolling update)
-	// may have unprepared the claim meanwhile.
+	defer unlockClaim()
 	rec, err := m.cfg.Checkpoints.Get(uid)
 	if err != nil {
-		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+		return tag(errCheckpoint, err)
 	}
 	if rec == nil {
-		return m.cfg.CDI.RemoveClaim(uid)
+		// Never prepared, or already unprepared: nothing is held. Removing
+		// the spec is idempotent and cheap, so make sure none is left.
+		return tag(errCDI, m.cfg.CDI.RemoveClaim(uid))
 	}
+	// The record's devices, even one the node no longer has: its
+	// bookkeeping is released all the same.
+	unlock, err := m.locks.lock(lockNames(rec.Devices))
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := m.cfg.CDI.RemoveClaim(uid); err != nil {
 		return tag(errCDI, err)
 	}
 	after(phaseUnprepareCDIRemoved)
 	if err := m.releaseSharing(ctx, rec); err != nil {
-		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+		return err
 	}
 	if err := m.unprepareMIG(ctx, rec); err != nil {
-		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+		return err
 	}
 	if err := m.forget(rec); err != nil {
-		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+		return err
 	}
-	logger.V(3).Info("Unprepared claim", "claim", claim.String(), "devices", len(rec.Devices))
+	klog.FromContext(ctx).V(3).Info("Unprepared claim", "claim", rec.Namespace+"/"+rec.Name, "devices", len(rec.Devices))
 	return nil
+}
+
+// cleanupContext detaches work that must finish from the kubelet's request
+// (keeping its values, e.g. the logger) and bounds it by CleanupTimeout.
+func (m *Manager) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CleanupTimeout)
 }
 
 // forget removes a claim's holders, then its record (holders never outlive
@@ -183,7 +207,7 @@ func (m *Manager) forget(rec *checkpoint.ClaimRecord) error {
 		}
 	}
 	if err := m.cfg.Checkpoints.Delete(rec.UID); err != nil {
-		return tag(errCheckpoint, fmt.Errorf("remove checkpoint: %w", err))
+		return tag(errCheckpoint, err)
 	}
 	return nil
 }

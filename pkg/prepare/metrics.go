@@ -1,6 +1,7 @@
 package prepare
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -19,6 +20,12 @@ const (
 	MetricPreparedClaims    = "gpudra_plugin_prepared_claims"
 	MetricDevices           = "gpudra_plugin_devices"
 	MetricCheckpointSeconds = "gpudra_plugin_checkpoint_write_duration_seconds"
+	// MetricRecoverFailedClaims counts the claims that the start-up recovery
+	// could not settle and that are still recorded (until unprepared).
+	MetricRecoverFailedClaims = "gpudra_plugin_recover_failed_claims"
+	// MetricTimeSliceRestoresPending counts GPUs that no claim holds and
+	// whose default time slice could not be restored yet.
+	MetricTimeSliceRestoresPending = "gpudra_plugin_timeslice_restores_pending"
 )
 
 // Error reasons of the errors metric.
@@ -63,7 +70,8 @@ func NewMetrics(reg prometheus.Registerer, m *Manager) (*Metrics, error) {
 		checkpoint: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricCheckpointSeconds,
 			Help: "Time to write a checkpoint record, by durability (fsync or not).", Buckets: latencyBuckets}, []string{"durable"}),
 	}
-	collectors := []prometheus.Collector{x.prepare, x.unprepare, x.ops, x.errors, x.checkpoint, newHeldCollector(m)}
+	collectors := []prometheus.Collector{x.prepare, x.unprepare, x.ops, x.errors, x.checkpoint, newHeldCollector(m),
+		newRecoveryCollector(m)}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -150,6 +158,44 @@ func (c *heldCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.claims, prometheus.GaugeValue, float64(len(claims)))
 	ch <- prometheus.MustNewConstMetric(c.states, prometheus.GaugeValue, float64(len(held)), "allocated")
 	ch <- prometheus.MustNewConstMetric(c.states, prometheus.GaugeValue, float64(len(c.m.gpus)-len(held)), "free")
+}
+
+// recoveryCollector reports, per scrape, what recovery left to do: claims
+// whose recovery failed (read again, so an unprepare clears them) and GPUs
+// with a time-slice restore pending.
+type recoveryCollector struct {
+	m                *Manager
+	failed, restores *prometheus.Desc
+}
+
+func newRecoveryCollector(m *Manager) *recoveryCollector {
+	return &recoveryCollector{m: m,
+		failed: prometheus.NewDesc(MetricRecoverFailedClaims,
+			"Claims the plugin could not recover at start and that are still prepared (see its log and the claims' events).", nil, nil),
+		restores: prometheus.NewDesc(MetricTimeSliceRestoresPending,
+			"GPUs no claim holds whose default time slice could not be restored yet; retried with their next claim and at start.", nil, nil)}
+}
+
+func (c *recoveryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.failed; ch <- c.restores }
+
+func (c *recoveryCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.recoverMu.Lock()
+	failed := c.m.recoverFailed
+	c.m.recoverMu.Unlock()
+	claims := map[string]bool{}
+	for _, f := range failed {
+		if rec, err := c.m.cfg.Checkpoints.Get(f.ClaimUID); f.Claim != "" && err == nil && rec != nil {
+			claims[f.ClaimUID] = true
+		}
+	}
+	restores := 0
+	for _, d := range c.m.timeSliceMarkers(context.Background()) {
+		if !c.m.held(d) {
+			restores++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.GaugeValue, float64(len(claims)))
+	ch <- prometheus.MustNewConstMetric(c.restores, prometheus.GaugeValue, float64(restores))
 }
 
 // tagged marks err with a kind sentinel for Reason without changing its

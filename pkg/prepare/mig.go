@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/pkg/cdi"
@@ -191,20 +192,28 @@ func migError(err error) error {
 
 // teardownMIG destroys the dynamic MIG devices a record created. One that
 // is gone is done with, also when another MIG device has its GPU instance
-// ID now (it is not the claim's to destroy).
+// ID now (it is not the claim's to destroy). So is one whose GPU the node
+// no longer has, or whose GPU is lost (the reset it needs clears its MIG
+// devices): that does not keep the claim from being released.
 func (m *Manager) teardownMIG(ctx context.Context, rec *checkpoint.ClaimRecord) error {
 	for _, d := range rec.Devices {
 		if d.MIG == nil || !d.MIG.Dynamic || d.UUID == "" {
 			continue
 		}
+		if gpu := m.gpuOf(d); gpu == nil || gpu.UUID != d.MIG.ParentUUID {
+			continue
+		}
 		if m.cfg.MIG == nil {
-			return fmt.Errorf("destroy MIG device %s (%s) of claim %s/%s: the plugin runs without a MIG manager", d.Name, d.UUID, rec.Namespace, rec.Name)
+			return fmt.Errorf("destroy MIG device %s (%s): the plugin runs without a MIG manager", d.Name, d.UUID)
 		}
 		err := m.cfg.MIG.Destroy(recordedInstance(d))
 		switch {
 		case errors.Is(err, mig.ErrReplaced):
 			klog.FromContext(ctx).Info("MIG device of the claim is already gone; another MIG device has its GPU instance ID and is left alone",
 				"claim", rec.Namespace+"/"+rec.Name, "device", d.Name, "uuid", d.UUID, "gi", d.MIG.GIID, "detail", err.Error())
+		case errors.Is(err, nvml.ERROR_GPU_IS_LOST):
+			klog.FromContext(ctx).Info("MIG device of the claim not destroyed: its GPU is lost", "claim", rec.Namespace+"/"+rec.Name,
+				"device", d.Name, "uuid", d.UUID)
 		case err != nil:
 			return fmt.Errorf("destroy MIG device %s (%s): %w", d.Name, d.UUID, err)
 		}

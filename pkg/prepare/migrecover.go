@@ -16,18 +16,19 @@ import (
 // made by hand) are destroyed, missing ones are created again at their
 // recorded placement (their record and CDI spec then name the new UUID).
 // Each GPU is settled under its lock, so a prepare of another plugin
-// process is either finished or not begun.
-func (m *Manager) reconcileMIG(ctx context.Context, rep *RecoverReport) error {
+// process is either finished or not begun. A device that cannot be
+// destroyed or created is reported in rep.Failed, and the rest goes on.
+func (m *Manager) reconcileMIG(ctx context.Context, rep *RecoverReport) {
 	for i := range m.cfg.Node.GPUs {
 		gpu := &m.cfg.Node.GPUs[i]
 		if gpu.Partitioning != model.DynamicMIG {
 			continue
 		}
 		if err := m.reconcileGPU(ctx, gpu, rep); err != nil {
-			return fmt.Errorf("reconcile MIG devices of %s (%s): %w", gpu.DeviceName(), gpu.UUID, err)
+			rep.Failed = append(rep.Failed, RecoverFailure{Device: gpu.DeviceName(),
+				Err: fmt.Errorf("reconcile MIG devices of %s (%s): %w", gpu.DeviceName(), gpu.UUID, err)})
 		}
 	}
-	return nil
 }
 
 type wanted struct {
@@ -46,9 +47,15 @@ func (m *Manager) reconcileGPU(ctx context.Context, gpu *model.GPU, rep *Recover
 	if err != nil {
 		return err
 	}
-	want := map[int]wanted{} // by placement start
+	want := map[int]wanted{}  // by placement start
+	kept := map[string]bool{} // devices of interrupted claims whose rollback failed
 	for _, rec := range loaded.Current {
 		if rec.State != checkpoint.PrepareCompleted {
+			for _, d := range rec.Devices {
+				if d.MIG != nil && d.UUID != "" {
+					kept[d.UUID] = true
+				}
+			}
 			continue
 		}
 		for j, d := range rec.Devices {
@@ -70,16 +77,22 @@ func (m *Manager) reconcileGPU(ctx context.Context, gpu *model.GPU, rep *Recover
 				continue
 			}
 		}
+		if kept[inst.UUID] {
+			continue // its claim's rollback failed and was reported; retried with that claim
+		}
 		logger.Info("Destroying MIG device no prepared claim accounts for", "gpu", gpu.DeviceName(),
 			"uuid", inst.UUID, "gi", inst.GIID, "start", inst.Start)
 		if err := m.cfg.MIG.Destroy(inst); err != nil {
-			return err
+			rep.Failed = append(rep.Failed, RecoverFailure{Device: gpu.DeviceName(),
+				Err: fmt.Errorf("destroy MIG device %s of %s, which no prepared claim accounts for: %w", inst.UUID, gpu.DeviceName(), err)})
+			continue
 		}
 		rep.MIGDestroyed++
 	}
 	for _, w := range want {
 		if err := m.recreateMIG(ctx, w); err != nil {
-			return err
+			rep.failClaim(w.rec, fmt.Errorf("recover claim %s/%s: %w", w.rec.Namespace, w.rec.Name, err))
+			continue
 		}
 		rep.MIGRecreated++
 	}
@@ -93,12 +106,12 @@ func (m *Manager) recreateMIG(ctx context.Context, w wanted) error {
 	d := &rec.Devices[w.idx]
 	t, ok := m.migs[d.Name]
 	if !ok {
-		return fmt.Errorf("claim %s/%s: MIG device %s is not a placement of this GPU's MIG profiles any more (did the driver change?); "+
-			"drain the node, then remove %s", rec.Namespace, rec.Name, d.Name, m.cfg.Checkpoints.Path(rec.UID))
+		return fmt.Errorf("MIG device %s is not a placement of this GPU's MIG profiles any more (did the driver change?); "+
+			"drain the node, then remove %s", d.Name, m.cfg.Checkpoints.Path(rec.UID))
 	}
 	inst, err := m.cfg.MIG.Create(d.MIG.ParentUUID, t.profile, t.start)
 	if err != nil {
-		return fmt.Errorf("claim %s/%s: recreate MIG device %s: %w", rec.Namespace, rec.Name, d.Name, err)
+		return fmt.Errorf("recreate MIG device %s: %w", d.Name, err)
 	}
 	klog.FromContext(ctx).Info("Recreated missing MIG device of a prepared claim", "claim", rec.Namespace+"/"+rec.Name,
 		"device", d.Name, "oldUUID", d.UUID, "uuid", inst.UUID)
@@ -106,16 +119,10 @@ func (m *Manager) recreateMIG(ctx context.Context, w wanted) error {
 	if err := m.putRecord(rec, true); err != nil {
 		return err
 	}
-	plan := make([]planned, 0, len(rec.Devices))
-	for _, dev := range rec.Devices {
-		p, err := plannedFromRecord(dev)
-		if err != nil {
-			return err
-		}
-		plan = append(plan, p)
+	plan, err := plannedFromRecords(rec.Devices)
+	if err != nil {
+		return err
 	}
-	if _, err := m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(plan, rec.MPS)); err != nil {
-		return fmt.Errorf("rewrite CDI spec of claim %s/%s: %w", rec.Namespace, rec.Name, err)
-	}
-	return nil
+	_, err = m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(plan, rec.MPS))
+	return err
 }

@@ -1,7 +1,6 @@
 package prepare
 
 import (
-	"fmt"
 	"slices"
 
 	"github.com/gpudra/gpudra/pkg/checkpoint"
@@ -47,7 +46,7 @@ func (m *Manager) hold(rec *checkpoint.ClaimRecord) error {
 	for _, d := range rec.Devices {
 		h := checkpoint.Holder{ClaimUID: rec.UID, Claim: rec.Namespace + "/" + rec.Name, Access: string(accessOf(d))}
 		if err := m.cfg.Checkpoints.AddHolder(d.Name, h); err != nil {
-			return tag(errCheckpoint, fmt.Errorf("record holder of %s: %w", d.Name, err))
+			return tag(errCheckpoint, err)
 		}
 	}
 	return nil

@@ -52,10 +52,6 @@ type planned struct {
 // Prepare prepares one claim and returns its devices for the kubelet.
 // Calling it again for a prepared claim returns the same result.
 func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
-	logger := klog.FromContext(ctx)
-	ref := claim.Namespace + "/" + claim.Name
-	uid := string(claim.UID)
-
 	configs, err := claimconfig.Resolve(claim, m.cfg.DriverName, m.cfg.PoolName)
 	if err != nil {
 		return nil, err
@@ -63,40 +59,62 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	if len(configs) == 0 {
 		return []kubeletplugin.Device{}, nil
 	}
+	devs, err := m.prepare(ctx, claim, configs)
+	if err != nil {
+		return nil, fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	return devs, nil
+}
+
+func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim, configs []claimconfig.DeviceConfig) ([]kubeletplugin.Device, error) {
+	logger := klog.FromContext(ctx)
+	ref := claim.Namespace + "/" + claim.Name
+	uid := string(claim.UID)
 	plan, err := m.plan(uid, configs)
 	if err != nil {
-		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+		return nil, err
 	}
-
 	names := make([]string, len(plan))
 	for i, p := range plan {
 		names[i] = p.record.Name
 	}
+	unlockClaim, err := m.locks.lockClaim(uid)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockClaim()
 	unlock, err := m.locks.lock(lockNames(plannedRecords(plan)))
 	if err != nil {
-		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+		return nil, err
 	}
 	defer unlock()
 
 	rec, err := m.cfg.Checkpoints.Get(uid)
 	if err != nil {
-		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+		return nil, tag(errCheckpoint, err)
 	}
 	if rec != nil && rec.State == checkpoint.PrepareCompleted {
 		if !sameDevices(rec, plan) {
-			return nil, fmt.Errorf("prepare claim %s: already prepared with devices %v, but now allocated %v; unprepare it first",
-				ref, recordDeviceNames(rec), names)
+			return nil, fmt.Errorf("already prepared with devices %v, but now allocated %v; unprepare it first",
+				recordDeviceNames(rec), names)
+		}
+		rewritten, err := m.ensureSpec(rec)
+		if err != nil {
+			return nil, err
+		}
+		if rewritten {
+			logger.Info("CDI spec of a prepared claim was missing; wrote it again", "claim", ref, "uid", uid)
 		}
 		return kubeletDevices(rec), nil
 	}
 	if rec != nil {
 		// An earlier attempt was interrupted; if it named other devices, drop
-		// its holders there (only our own markers, so no lock is needed).
+		// its holders there (only our own markers, under the claim's lock).
 		if err := m.dropHoldersOutside(rec, names); err != nil {
-			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+			return nil, err
 		}
 		if err := m.teardownMIG(ctx, rec); err != nil {
-			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+			return nil, err
 		}
 	}
 
@@ -106,12 +124,12 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 			other, busy, err = m.parentConflict(p, uid)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+			return nil, err
 		}
 		if busy {
-			return nil, fmt.Errorf("prepare claim %s: %w: %s (%s) is prepared for claim %s (uid %s); "+
+			return nil, fmt.Errorf("%w: %s (%s) is prepared for claim %s (uid %s); "+
 				"refusing to give an exclusive GPU to two claims — check for a stale allocation of that claim",
-				ref, ErrConflict, p.record.Name, p.record.UUID, other.Claim, other.ClaimUID)
+				ErrConflict, p.record.Name, p.record.UUID, other.Claim, other.ClaimUID)
 		}
 	}
 
@@ -122,18 +140,18 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	// PrepareStarted only has to survive a crash of this process, not a power
 	// loss (which reboots the node and voids every record), so no fsync.
 	if err := m.putRecord(rec, false); err != nil {
-		return nil, fmt.Errorf("prepare claim %s: record PrepareStarted: %w", ref, err)
+		return nil, fmt.Errorf("record PrepareStarted: %w", err)
 	}
 	if err := m.hold(rec); err != nil {
 		m.rollback(ctx, rec)
-		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+		return nil, err
 	}
 	after(phaseStarted)
 	// From here on the checkpoint says a prepare is under way: a crash is
 	// rolled back or completed by Recover; a failure is rolled back now.
 	if err := m.realizeMIG(ctx, rec); err != nil {
 		m.rollback(ctx, rec)
-		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+		return nil, err
 	}
 	for i := range plan {
 		plan[i].record = rec.Devices[i]
@@ -141,12 +159,12 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	// Sharing comes after MIG: it applies to the MIG device's UUID.
 	if err := m.applySharing(ctx, rec, plan); err != nil {
 		m.rollback(ctx, rec)
-		return nil, fmt.Errorf("prepare claim %s: %w", ref, err)
+		return nil, err
 	}
 	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(plan, rec.MPS))
 	if err != nil {
 		m.rollback(ctx, rec)
-		return nil, fmt.Errorf("prepare claim %s: %w", ref, tag(errCDI, err))
+		return nil, tag(errCDI, err)
 	}
 	after(phaseCDIWritten)
 	for i := range rec.Devices {
@@ -155,11 +173,28 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	rec.State = checkpoint.PrepareCompleted
 	if err := m.putRecord(rec, true); err != nil {
 		m.rollback(ctx, rec)
-		return nil, fmt.Errorf("prepare claim %s: record PrepareCompleted: %w", ref, err)
+		return nil, fmt.Errorf("record PrepareCompleted: %w", err)
 	}
 	after(phaseCompleted)
 	logger.V(3).Info("Prepared claim", "claim", ref, "devices", names)
 	return kubeletDevices(rec), nil
+}
+
+// ensureSpec writes the CDI spec of a completed claim again if it is
+// missing, and reports whether it did. The caller holds the claim's lock.
+func (m *Manager) ensureSpec(rec *checkpoint.ClaimRecord) (bool, error) {
+	ok, err := m.cfg.CDI.HasClaim(rec.UID)
+	if err != nil || ok {
+		return false, tag(errCDI, err)
+	}
+	plan, err := plannedFromRecords(rec.Devices)
+	if err != nil {
+		return false, err
+	}
+	if _, err := m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(plan, rec.MPS)); err != nil {
+		return false, tag(errCDI, err)
+	}
+	return true, nil
 }
 
 // plan checks the allocation against the node and encodes each device's
@@ -270,8 +305,12 @@ func sharingEnv(cfg *v1alpha1.GpuClaimParameters) []string {
 	return env
 }
 
-// rollback undoes a failed prepare; errors are logged, Recover retries.
+// rollback undoes a failed prepare, under its own context: the kubelet's
+// may have expired, which is often why the prepare failed. A step that fails
+// keeps the record, so the kubelet's retry or Recover finishes the job.
 func (m *Manager) rollback(ctx context.Context, rec *checkpoint.ClaimRecord) {
+	ctx, cancel := m.cleanupContext(ctx)
+	defer cancel()
 	logger := klog.FromContext(ctx)
 	if err := m.cfg.CDI.RemoveClaim(rec.UID); err != nil {
 		logger.Error(err, "Rollback: removing CDI spec failed; it will be retried at restart", "claimUID", rec.UID)
@@ -332,6 +371,19 @@ func (m *Manager) putRecord(rec *checkpoint.ClaimRecord, durable bool) error {
 	err := put(rec)
 	m.metrics.checkpointWrite(start, durable)
 	return tag(errCheckpoint, err)
+}
+
+// plannedFromRecords rebuilds a recorded claim's plan.
+func plannedFromRecords(devs []checkpoint.Device) ([]planned, error) {
+	plan := make([]planned, 0, len(devs))
+	for _, d := range devs {
+		p, err := plannedFromRecord(d)
+		if err != nil {
+			return nil, err
+		}
+		plan = append(plan, p)
+	}
+	return plan, nil
 }
 
 // plannedFromRecord rebuilds a planned device from its checkpoint entry.

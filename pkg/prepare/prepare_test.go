@@ -58,6 +58,29 @@ func TestPrepareUnprepare(t *testing.T) {
 	require.NoError(t, m.Unprepare(ctx(t), ref(gpuClaim(uidB, "never", "gpu-0"))))
 }
 
+// A repeated prepare returns the recorded result, but a spec that went
+// missing meanwhile (removed by hand, or by a cleanup) is written again:
+// the kubelet would otherwise start containers with an unknown CDI device.
+func TestRepeatedPrepareRecreatesAMissingSpec(t *testing.T) {
+	e := newEnv(t, 1)
+	m, _ := e.manager()
+	c := configured(uidA, "a", []alloc{{request: "gpu", device: "gpu-0"}}, `{"strategy":"MPS"}`)
+	devs, err := m.Prepare(ctx(t), c)
+	require.NoError(t, err)
+	path := m.cfg.CDI.SpecPath(uidA)
+	want, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(path))
+
+	again, err := m.Prepare(ctx(t), c)
+	require.NoError(t, err)
+	require.Equal(t, devs, again)
+	got, err := os.ReadFile(path)
+	require.NoError(t, err, "the spec is written again")
+	require.JSONEq(t, string(want), string(got))
+	require.NoError(t, m.Unprepare(ctx(t), ref(c)))
+}
+
 func TestPrepareClaimWithoutOurDevices(t *testing.T) {
 	e := newEnv(t, 1)
 	m, _ := e.manager()

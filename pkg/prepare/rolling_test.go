@@ -2,11 +2,15 @@ package prepare
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpudra/gpudra/pkg/checkpoint"
 )
 
 // During a rolling update two plugin processes serve one node and the
@@ -108,4 +112,79 @@ func TestRetriedPrepareWithOtherDevicesReleasesTheOld(t *testing.T) {
 	require.Empty(t, m.holders("gpu-0"))
 	_, err = m.Prepare(ctx(t), gpuClaim(uidB, "b", "gpu-0"))
 	require.NoError(t, err, "gpu-0 is free again")
+}
+
+// Right after a reboot both processes may start together. One removes the
+// earlier boot's records and the kubelet prepares a claim again through it;
+// the other, which read the earlier boot's records before they were pruned,
+// must not then remove that claim's new CDI spec.
+func TestStaleRecordSparesAClaimPreparedAgain(t *testing.T) {
+	e := newEnv(t, 1)
+	m, _ := e.manager()
+	a := gpuClaim(uidA, "a", "gpu-0")
+	_, err := m.Prepare(ctx(t), a)
+	require.NoError(t, err)
+	boot1 := m.cfg.Checkpoints.Dir()
+	seen := t.TempDir()
+	require.NoError(t, os.CopyFS(seen, os.DirFS(boot1)))
+
+	e.bootID = "boot-2"
+	m1, rep := e.manager()
+	require.Equal(t, 1, rep.Stale)
+	// The second process reads the earlier boot's records before the
+	// first one pruned them: put them back for it.
+	require.NoError(t, os.CopyFS(boot1, os.DirFS(seen)))
+	prepared := prepareDuringSpecRemoval(t, m1, a)
+	e.manager()
+	require.NoError(t, prepared())
+	require.FileExists(t, m1.cfg.CDI.SpecPath(uidA), "the claim prepared in this boot keeps its spec")
+}
+
+// The start-up removal of CDI specs without a record takes the claim's
+// lock: a prepare of the same claim by the other process (rolling update)
+// either finished before — then the record exists — or waits, and its spec
+// is never removed.
+func TestOrphanCleanupSparesAConcurrentPrepare(t *testing.T) {
+	e := newEnv(t, 1)
+	m1, _ := e.manager()
+	// A spec without a record, as a crash can leave.
+	_, err := m1.cfg.CDI.WriteClaim(uidA, m1.cdiDevices([]planned{{record: checkpoint.Device{Name: "gpu-0",
+		UUID: e.node.GPUs[0].UUID, Requests: []string{"gpu"}}}}, nil))
+	require.NoError(t, err)
+	prepared := prepareDuringSpecRemoval(t, m1, gpuClaim(uidA, "a", "gpu-0"))
+	_, rep := e.manager()
+	require.NoError(t, prepared())
+	require.Equal(t, 1, rep.OrphanSpecs)
+	require.FileExists(t, m1.cfg.CDI.SpecPath(uidA), "the prepared claim has its spec")
+}
+
+// prepareDuringSpecRemoval has m prepare c (another plugin process) at the
+// moment the next Recover has decided to remove a spec of c, and gives it
+// 200ms to finish before the removal goes on. The returned function waits
+// for the prepare.
+func prepareDuringSpecRemoval(t *testing.T, m *Manager, c *resourceapi.ResourceClaim) func() error {
+	prepared := make(chan error, 1)
+	var once sync.Once
+	testHookRemoveSpec = func(uid string) {
+		if uid != string(c.UID) {
+			return
+		}
+		once.Do(func() {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, err := m.Prepare(ctx(t), c)
+				prepared <- err
+			}()
+			select {
+			case <-done:
+			case <-time.After(200 * time.Millisecond):
+			}
+		})
+	}
+	t.Cleanup(func() { testHookRemoveSpec = nil })
+	return func() error {
+		testHookRemoveSpec = nil
+		return <-prepared
+	}
 }

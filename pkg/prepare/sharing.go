@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"k8s.io/klog/v2"
 
@@ -50,6 +51,13 @@ func (m *Manager) applySharing(ctx context.Context, rec *checkpoint.ClaimRecord,
 	for _, d := range devs {
 		interval, ok := d.SetsTimeSlice()
 		if !ok {
+			// A time slice left behind by an earlier claim whose restore
+			// failed is restored now (best effort).
+			if !d.MIG {
+				if err := m.restoreTimeSlice(ctx, d.Name, rec.UID); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		if err := m.checkTimeSliceAgreement(d, rec.UID, interval); err != nil {
@@ -58,7 +66,7 @@ func (m *Manager) applySharing(ctx context.Context, rec *checkpoint.ClaimRecord,
 		if err := m.setTimeSlice(ctx, d.UUID, interval); err != nil {
 			return err
 		}
-		if err := m.markTimeSliced(d.Name, interval != v1alpha1.DefaultTimeSlice); err != nil {
+		if err := m.markTimeSliced(d.Name, d.UUID, interval != v1alpha1.DefaultTimeSlice); err != nil {
 			return err
 		}
 	}
@@ -118,8 +126,9 @@ func (m *Manager) checkTimeSliceAgreement(d sharing.Device, uid string, want v1a
 
 // releaseSharing undoes applySharing: it stops the claim's MPS daemon and
 // restores the default time slice of its GPUs that no other claim holds and
-// that some claim time-sliced. The caller holds the devices' locks; the claim's holders may
-// or may not be gone yet.
+// that some claim time-sliced. The caller holds the devices' locks; the
+// claim's holders may or may not be gone yet. A time slice that cannot be
+// restored does not fail it (see restoreTimeSlice).
 func (m *Manager) releaseSharing(ctx context.Context, rec *checkpoint.ClaimRecord) error {
 	if m.cfg.MPS != nil {
 		if err := m.cfg.MPS.StopClaim(ctx, rec.UID); err != nil {
@@ -127,46 +136,149 @@ func (m *Manager) releaseSharing(ctx context.Context, rec *checkpoint.ClaimRecor
 		}
 	}
 	for _, d := range rec.Devices {
-		if _, err := os.Stat(m.timeSliceMarker(d.Name)); err != nil {
-			continue // the GPU has the default time slice
-		}
-		holders, err := m.cfg.Checkpoints.Holders(d.Name)
-		if err != nil {
-			return tag(errCheckpoint, err)
-		}
-		if slices.ContainsFunc(holders, func(h checkpoint.Holder) bool { return h.ClaimUID != rec.UID }) {
-			klog.FromContext(ctx).V(3).Info("Time slice kept: another claim holds the GPU", "device", d.Name, "uuid", d.UUID)
-			continue
-		}
-		if err := m.setTimeSlice(ctx, d.UUID, v1alpha1.DefaultTimeSlice); err != nil {
-			return fmt.Errorf("restore the default time slice: %w", err)
-		}
-		if err := m.markTimeSliced(d.Name, false); err != nil {
+		if err := m.restoreTimeSlice(ctx, d.Name, rec.UID); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// timeSliceMarker exists while a GPU has a time slice other than the
-// default, whichever claim set it: the last claim to leave the GPU restores
-// the default. It lives next to the device locks (same node-wide directory).
-func (m *Manager) timeSliceMarker(device string) string {
-	return filepath.Join(m.cfg.LockDir, "timeslice."+device)
+// restoreTimeSlice sets the default time slice again on a GPU that a claim
+// time-sliced (its marker exists) once no claim other than uid holds it,
+// and clears the marker. The GPU-setting is best effort: a GPU that does not
+// answer (fallen off the bus, nvidia-smi failing) or that the node no longer
+// has keeps its marker, which is the durable note to try again — at
+// start-up (Recover) and when the next claim on that GPU is prepared or
+// unprepared. Only a failure to read the holders is returned. The caller
+// holds the device's lock.
+func (m *Manager) restoreTimeSlice(ctx context.Context, device, uid string) error {
+	uuid, marked, err := m.timeSliceMarked(device)
+	if err != nil || !marked {
+		return err
+	}
+	logger := klog.FromContext(ctx).WithValues("device", device, "uuid", uuid)
+	holders, err := m.cfg.Checkpoints.Holders(device)
+	if err != nil {
+		return tag(errCheckpoint, err)
+	}
+	if slices.ContainsFunc(holders, func(h checkpoint.Holder) bool { return h.ClaimUID != uid }) {
+		logger.V(3).Info("Time slice kept: another claim holds the GPU")
+		return nil
+	}
+	if gpu := m.gpus[device]; gpu == nil || gpu.UUID != uuid {
+		logger.Info("Default time slice not restored: the node no longer has this GPU; retried when it is back")
+		return nil
+	}
+	if err := m.setTimeSlice(ctx, uuid, v1alpha1.DefaultTimeSlice); err != nil {
+		logger.Error(err, "Default time slice not restored; retried at start-up and with the next claim on this GPU")
+		return nil
+	}
+	if err := m.markTimeSliced(device, uuid, false); err != nil {
+		logger.Error(err, "Default time slice restored, but its marker stays; the restore is repeated later")
+		return nil
+	}
+	logger.V(3).Info("Restored the default time slice")
+	return nil
 }
 
-func (m *Manager) markTimeSliced(device string, on bool) error {
+// timeSliceMarker exists while a GPU may have a time slice other than the
+// default, whichever claim set it: the last claim to leave the GPU restores
+// the default. It holds the GPU's UUID and lives in the node-wide lock
+// directory (in the plugin's data directory, next to the checkpoint), where
+// every plugin process — two during a rolling update — finds it.
+func (m *Manager) timeSliceMarker(device string) string {
+	return filepath.Join(m.cfg.LockDir, timeSliceMarkerPrefix+device)
+}
+
+const timeSliceMarkerPrefix = "timeslice."
+
+// timeSliceMarked reads a GPU's marker: the UUID of the GPU it was set on.
+func (m *Manager) timeSliceMarked(device string) (uuid string, marked bool, err error) {
+	b, err := os.ReadFile(m.timeSliceMarker(device))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("read the time-slice marker of %s: %w", device, err)
+	}
+	uuid = strings.TrimSpace(string(b))
+	if gpu := m.gpus[device]; uuid == "" && gpu != nil {
+		uuid = gpu.UUID // an empty marker of an older version
+	}
+	return uuid, true, nil
+}
+
+// markTimeSliced sets or clears a GPU's marker. A marker is replaced
+// atomically, so a crash never leaves one half written. It is not fsynced:
+// a power loss reboots the node, which resets every time slice.
+func (m *Manager) markTimeSliced(device, uuid string, on bool) error {
 	path := m.timeSliceMarker(device)
-	if on {
-		if err := os.WriteFile(path, nil, 0o600); err != nil {
-			return fmt.Errorf("record the time slice of %s: %w", device, err)
+	if !on {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("clear the time-slice marker of %s: %w", device, err)
 		}
 		return nil
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("clear the time-slice marker of %s: %w", device, err)
+	tmp, err := os.CreateTemp(m.cfg.LockDir, ".timeslice-*")
+	if err != nil {
+		return fmt.Errorf("record the time slice of %s: %w", device, err)
+	}
+	_, err = tmp.WriteString(uuid)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("record the time slice of %s: %w", device, err)
 	}
 	return nil
+}
+
+// retryTimeSliceRestores tries again the restores that failed before (see
+// restoreTimeSlice), each under its GPU's lock. It returns how many are
+// still pending.
+func (m *Manager) retryTimeSliceRestores(ctx context.Context) int {
+	pending := 0
+	for _, device := range m.timeSliceMarkers(ctx) {
+		unlock, err := m.locks.lock([]string{device})
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Time-slice restore not retried", "device", device)
+			pending++
+			continue
+		}
+		err = m.restoreTimeSlice(ctx, device, "")
+		if _, marked, _ := m.timeSliceMarked(device); err != nil || marked && !m.held(device) {
+			pending++
+		}
+		unlock()
+	}
+	return pending
+}
+
+// timeSliceMarkers lists the devices that have a time-slice marker.
+func (m *Manager) timeSliceMarkers(ctx context.Context) []string {
+	entries, err := os.ReadDir(m.cfg.LockDir)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot list the time-slice markers", "dir", m.cfg.LockDir)
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if d, ok := strings.CutPrefix(e.Name(), timeSliceMarkerPrefix); ok && validateLockName(d) == nil && e.Type().IsRegular() {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// held reports whether any claim holds device (an unreadable index counts
+// as held).
+func (m *Manager) held(device string) bool {
+	hs, err := m.cfg.Checkpoints.Holders(device)
+	return err != nil || len(hs) > 0
 }
 
 // restoreSharing brings a recovered claim's sharing back: time slices set
@@ -184,30 +296,9 @@ func (m *Manager) restoreSharing(ctx context.Context, rec *checkpoint.ClaimRecor
 		return false, nil
 	}
 	if m.cfg.MPS == nil {
-		return false, fmt.Errorf("claim %s/%s has an MPS daemon, but the plugin runs without an MPS control binary", rec.Namespace, rec.Name)
+		return false, errors.New("it has an MPS control daemon, but the plugin runs without an MPS control binary (--mps-control-path)")
 	}
 	return m.cfg.MPS.Ensure(ctx, rec.UID, rec.MPS)
-}
-
-// removeMPSOrphans stops daemons whose claim has no record.
-func (m *Manager) removeMPSOrphans(ctx context.Context) error {
-	if m.cfg.MPS == nil {
-		return nil
-	}
-	orphans, err := m.cfg.MPS.Orphans(func(uid string) bool {
-		rec, err := m.cfg.Checkpoints.Get(uid)
-		return err != nil || rec != nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, uid := range orphans {
-		klog.FromContext(ctx).Info("Stopping MPS control daemon of an unknown claim", "claimUID", uid)
-		if err := m.cfg.MPS.StopClaim(ctx, uid); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // withSharingEdits adds what reaching the claim's MPS daemon needs.
