@@ -148,7 +148,8 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
-	if _, err := manager.Recover(ctx); err != nil {
+	recovered, err := manager.Recover(ctx)
+	if err != nil {
 		return nil, err
 	}
 	pub := &publisher{}
@@ -168,6 +169,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	}
 	driver := &Driver{manager: manager, cancel: fatal, health: hs, events: newEventSink(ctx, client, o, store),
 		status: newClaimStatus(client, o, store, pub)}
+	driver.events.recoverFailed(recovered.Failed)
 	_ = pub.SetBase(ctx, resources)          // no helper yet: only recorded
 	fetcher := &claimFetcher{client: client} // see claimfetch.go
 	opts := []kubeletplugin.Option{

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/health"
+	"github.com/gpudra/gpudra/pkg/prepare"
 )
 
 // Event reasons.
@@ -23,6 +24,7 @@ const (
 	ReasonPrepareFailed   = "PrepareFailed"
 	ReasonDeviceUnhealthy = "DeviceUnhealthy"
 	ReasonDeviceHealthy   = "DeviceHealthy"
+	ReasonRecoverFailed   = "RecoverFailed"
 )
 
 // eventSink records events.k8s.io Events on claims and pods: failed
@@ -53,6 +55,24 @@ func (e *eventSink) prepareFailed(claims []*resourceapi.ResourceClaim, results m
 		if r, ok := results[c.UID]; ok && r.Err != nil {
 			e.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonPrepareFailed, "Prepare", "%s", truncateNote(r.Err.Error()))
 		}
+	}
+}
+
+// recoverFailed records a Warning on every claim that the start-up recovery
+// could not settle (it stays prepared until the kubelet unprepares it).
+// Failures of a GPU or of a leftover without a record are only logged.
+func (e *eventSink) recoverFailed(failures []prepare.RecoverFailure) {
+	if e == nil {
+		return
+	}
+	for _, f := range failures {
+		ns, name, ok := strings.Cut(f.Claim, "/")
+		if !ok {
+			continue
+		}
+		claimRef := &corev1.ObjectReference{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaim",
+			Namespace: ns, Name: name, UID: types.UID(f.ClaimUID)}
+		e.recorder.Eventf(claimRef, nil, corev1.EventTypeWarning, ReasonRecoverFailed, "Recover", "%s", truncateNote(f.Err.Error()))
 	}
 }
 
