@@ -18,9 +18,10 @@ import (
 // goroutines (each acquisition opens its own file description).
 //
 // There are two kinds, always taken in this order:
-//   - a claim's lock (claims/<uid>.lock), held while anything of that claim
-//     is prepared, unprepared or cleaned up, so a check like "this claim has
-//     no record" stays true until the caller acts on it;
+//   - a claim's lock (claims/<uid>.lock, which exists while the claim has a
+//     record or someone holds the lock), held while anything of that claim is
+//     prepared, unprepared or cleaned up, so a check like "this claim has no
+//     record" stays true until the caller acts on it;
 //   - the locks of the claim's devices (<device>.lock), in name order, so
 //     claims that overlap cannot deadlock.
 //
@@ -68,11 +69,12 @@ func (l *deviceLocks) lock(names []string) (func(), error) {
 	return unlock, nil
 }
 
-// lockClaim takes a claim's lock. Its file exists only while the lock is
-// held: the release removes it (before unlocking), and a waiter that then
-// gets the lock of a removed file tries again, so no file is left behind
-// per claim and no two holders ever hold "the" lock.
-func (l *deviceLocks) lockClaim(uid string) (func(), error) {
+// lockClaim takes a claim's lock. Its file is removed on release (before
+// unlocking) when keep says the claim is gone, so that no file is left per
+// claim: a waiter that then gets the lock of a removed file tries again, and
+// no two holders ever hold "the" lock. A claim that stays prepared keeps its
+// file, so its next operations find it.
+func (l *deviceLocks) lockClaim(uid string, keep func() bool) (func(), error) {
 	if err := model.ValidateUID(uid); err != nil {
 		return nil, err
 	}
@@ -84,7 +86,9 @@ func (l *deviceLocks) lockClaim(uid string) (func(), error) {
 		}
 		if sameFile(f, path) {
 			return func() {
-				_ = os.Remove(path)
+				if !keep() {
+					_ = os.Remove(path)
+				}
 				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 				_ = f.Close()
 			}, nil

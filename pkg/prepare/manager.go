@@ -154,7 +154,7 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 }
 
 func (m *Manager) unprepare(ctx context.Context, uid string) error {
-	unlockClaim, err := m.locks.lockClaim(uid)
+	unlockClaim, err := m.lockClaim(uid)
 	if err != nil {
 		return err
 	}
@@ -190,6 +190,15 @@ func (m *Manager) unprepare(ctx context.Context, uid string) error {
 	}
 	klog.FromContext(ctx).V(3).Info("Unprepared claim", "claim", rec.Namespace+"/"+rec.Name, "devices", len(rec.Devices))
 	return nil
+}
+
+// lockClaim takes a claim's lock (locks.go); its file goes with the claim's
+// record.
+func (m *Manager) lockClaim(uid string) (func(), error) {
+	return m.locks.lockClaim(uid, func() bool {
+		rec, err := m.cfg.Checkpoints.Get(uid)
+		return err != nil || rec != nil
+	})
 }
 
 // cleanupContext detaches work that must finish from the kubelet's request

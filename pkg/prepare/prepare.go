@@ -78,7 +78,7 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 	for i, p := range plan {
 		names[i] = p.record.Name
 	}
-	unlockClaim, err := m.locks.lockClaim(uid)
+	unlockClaim, err := m.lockClaim(uid)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -128,7 +130,7 @@ func (r *RecoverReport) failClaim(rec *checkpoint.ClaimRecord, err error) {
 // again in this boot (the kubelet does after a reboot), and then the spec
 // is that prepare's.
 func (m *Manager) removeStale(rec *checkpoint.ClaimRecord, rep *RecoverReport) error {
-	unlock, err := m.locks.lockClaim(rec.UID)
+	unlock, err := m.lockClaim(rec.UID)
 	if err != nil {
 		return err
 	}
@@ -153,7 +155,7 @@ func (m *Manager) removeStale(rec *checkpoint.ClaimRecord, rep *RecoverReport) e
 // plugin process (a rolling update) is preparing it right now, the lock
 // waits for that to finish, and the record is read again.
 func (m *Manager) recoverClaim(ctx context.Context, seen *checkpoint.ClaimRecord, rep *RecoverReport) error {
-	unlockClaim, err := m.locks.lockClaim(seen.UID)
+	unlockClaim, err := m.lockClaim(seen.UID)
 	if err != nil {
 		return err
 	}
@@ -256,6 +258,7 @@ func (m *Manager) removeOrphans(ctx context.Context, rep *RecoverReport) {
 			rep.OrphanSpecs++
 		}
 	}
+	m.removeClaimLockFiles(ctx)
 	held, err := m.cfg.Checkpoints.HeldDevices()
 	if err != nil {
 		logger.Error(err, "Holders without a record not removed; tried again at the next start")
@@ -269,8 +272,25 @@ func (m *Manager) removeOrphans(ctx context.Context, rep *RecoverReport) {
 	}
 }
 
+// removeClaimLockFiles removes the lock files of claims without a record
+// that a crash left behind (a release removes them otherwise).
+func (m *Manager) removeClaimLockFiles(ctx context.Context) {
+	entries, err := os.ReadDir(filepath.Join(m.cfg.LockDir, claimLockDir))
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Lock files of claims without a record not removed")
+		return
+	}
+	for _, e := range entries {
+		if uid, ok := strings.CutSuffix(e.Name(), ".lock"); ok {
+			if unlock, err := m.lockClaim(uid); err == nil {
+				unlock() // removes the file if the claim has no record
+			}
+		}
+	}
+}
+
 func (m *Manager) removeOrphanSpec(uid string) (bool, error) {
-	unlock, err := m.locks.lockClaim(uid)
+	unlock, err := m.lockClaim(uid)
 	if err != nil {
 		return false, err
 	}
@@ -289,7 +309,7 @@ func (m *Manager) removeOrphanSpec(uid string) (bool, error) {
 }
 
 func (m *Manager) removeOrphanHolder(device, uid string) error {
-	unlockClaim, err := m.locks.lockClaim(uid)
+	unlockClaim, err := m.lockClaim(uid)
 	if err != nil {
 		return err
 	}
@@ -329,7 +349,7 @@ func (m *Manager) removeMPSOrphans(ctx context.Context, rep *RecoverReport) {
 }
 
 func (m *Manager) stopOrphanMPS(ctx context.Context, uid string, known func(string) bool) error {
-	unlock, err := m.locks.lockClaim(uid)
+	unlock, err := m.lockClaim(uid)
 	if err != nil {
 		return err
 	}
