@@ -74,6 +74,7 @@ func TestRecoverIsPerClaim(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, []string{uidC, uidD}, specs)
 			requireGauge(t, reg, MetricRecoverFailedClaims, 0)
+			requireGauge(t, reg, MetricTimeSliceRestoresPending, 1) // b's GPU does not answer (or is gone)
 		})
 	}
 }
