@@ -1,0 +1,57 @@
+package gpuverify
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/test/fakedriver"
+)
+
+// TestFakeDriverRoot runs the kit exactly as the binary does
+// (ForDriverRoot: libnvidia-ml.so.1 dlopened from the driver root, nvcdi
+// over it) on a fake driver root with the simulated libnvidia-ml. It needs
+// that library: the test/nvmlsim/lib package in this tree, or a built one
+// named by $GPUDRA_SIM_NVML_LIBRARY (make sim-nvml-lib); and root, for the
+// root's device nodes.
+func TestFakeDriverRoot(t *testing.T) {
+	if _, err := os.Stat(filepath.Join("..", "nvmlsim", "lib")); err != nil && os.Getenv(fakedriver.LibraryEnv) == "" {
+		t.Skipf("no simulated libnvidia-ml: test/nvmlsim/lib is missing and $%s is unset", fakedriver.LibraryEnv)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("a fake driver root has device nodes: run as root")
+	}
+	// One root per process: the dynamic loader keeps the first library
+	// named libnvidia-ml.so.1 it loaded, and with it the first root.
+	root := fakedriver.ForTest(t, "../../pkg/slice/testdata/static-mig.yaml", "verify-node")
+	cfg := ForDriverRoot(root, filepath.Join(root, fakedriver.BinDir, fakedriver.HookBinary))
+	cfg.NodeName, cfg.DriverName = "verify-node", "gpu.gpudra.io"
+	cfg.Watch, cfg.ProbeInterval, cfg.TempDir = time.Second, 300*time.Millisecond, t.TempDir()
+	r := &simRun{t: t, cfg: cfg}
+	rep, text := r.run()
+	require.Empty(t, failures(rep))
+	require.Contains(t, rep.Library, filepath.Join(root, "usr/lib/x86_64-linux-gnu/libnvidia-ml.so."))
+	require.Contains(t, text, "gpu-0 skipped: MIG mode is enabled")
+	require.Len(t, rep.Claims, 1)
+	// The simulated library keeps the GPUs' MIG state in the root: after the
+	// run it holds exactly the MIG devices discovered at its start.
+	st, err := sim.ReadState(filepath.Join(root, fakedriver.StateFile))
+	require.NoError(t, err)
+	var discovered, now []string
+	for _, d := range rep.Inspection.Node.GPUs[0].MIGDevices {
+		discovered = append(discovered, d.UUID)
+	}
+	for _, gi := range st.GPUs[0].GPUInstances {
+		for _, ci := range gi.ComputeInstances {
+			now = append(now, ci.UUID)
+		}
+	}
+	require.Len(t, discovered, 4)
+	require.ElementsMatch(t, discovered, now, "MIG devices unchanged")
+	require.True(t, st.GPUs[0].MIGEnabled)
+	require.False(t, st.GPUs[1].MIGEnabled, "MIG mode unchanged")
+}

@@ -1,0 +1,68 @@
+package gpuverify
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpudra/gpudra/test/fakedriver"
+)
+
+// generatedRoot is a fake driver root from test/fakedriver for profile and
+// the simRun's node, with stand-ins for the simulated library and the fake
+// tools: NVML stays in process here, nvcdi reads the root as on a real node.
+func generatedRoot(t *testing.T, profile string) string {
+	if os.Geteuid() != 0 {
+		t.Skip("a fake driver root has device nodes: run as root")
+	}
+	in := t.TempDir()
+	lib := filepath.Join(in, "libnvidia-ml-sim.so")
+	require.NoError(t, os.WriteFile(lib, []byte("stand-in: NVML is simulated in process\n"), 0o755))
+	for _, tool := range []string{fakedriver.FakeNvidiaSMI, fakedriver.FakeMPSControl} {
+		require.NoError(t, os.WriteFile(filepath.Join(in, tool), []byte("#!/bin/sh\nexit 1\n"), 0o755))
+	}
+	root := filepath.Join(t.TempDir(), "driver-root")
+	require.NoError(t, fakedriver.Generate(fakedriver.Options{Dir: root, Profile: profile, Node: "verify-node",
+		NVMLLibrary: lib, ToolsDir: in}))
+	return root
+}
+
+// TestNvcdiEdits runs the kit with the edits the plugin computes on a real
+// node (nvcdi, the plugin's rule for the roots) over a generated fake driver
+// root, with NVML simulated in process for the same profile and node.
+func TestNvcdiEdits(t *testing.T) {
+	tests := []struct {
+		name, profile, hook string // hook: path under the root; empty: nvcdi's default
+		want                string // substring of a failure; empty: all pass
+	}{
+		{name: "whole GPUs", profile: "l4", hook: "/usr/bin/nvidia-cdi-hook"},
+		{name: "static MIG", profile: "../../pkg/slice/testdata/static-mig.yaml", hook: "/usr/bin/nvidia-cdi-hook"},
+		{name: "hook missing", profile: "l4", hook: "/usr/local/bin/nvidia-cdi-hook", want: "/usr/local/bin/nvidia-cdi-hook: stat"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := generatedRoot(t, tc.profile)
+			r := newSimRun(t, tc.profile)
+			roots := RootsOf(root)
+			require.Equal(t, Roots{Driver: root, Dev: root, Sys: root + "/sys"}, roots)
+			r.cfg.Edits = NvcdiEdits(roots, root+tc.hook)
+			r.cfg.DriverRoot, r.cfg.SysfsRoot, r.cfg.Roots = root, roots.Sys, &roots
+			rep, _ := r.run()
+			got := strings.Join(failures(rep), "\n")
+			if tc.want != "" {
+				require.Contains(t, got, tc.want)
+				return
+			}
+			require.Empty(t, got)
+			c := rep.Claims[len(rep.Claims)-1]
+			require.Contains(t, c.HostPaths, root+"/dev/nvidiactl")
+			require.Contains(t, c.HostPaths, root+"/usr/bin/nvidia-cdi-hook")
+			for _, p := range c.HostPaths {
+				require.True(t, strings.HasPrefix(p, root+"/"), "host path %s outside the driver root", p)
+			}
+		})
+	}
+}
