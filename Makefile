@@ -142,3 +142,21 @@ image: ## Container image with both binaries (needs a Docker engine): IMAGE=... 
 
 check-dockerfile: ## Run the Dockerfile's build-stage RUN commands as plain shell in a copy of the repository
 	hack/check-dockerfile.sh
+
+# GPU verification kit (test/gpuverify): one binary to copy to a machine with
+# NVIDIA GPUs. cgo, as go-nvml needs (dlopen of libnvidia-ml); netgo/osusergo
+# keep name lookups out of libc. The build fails if the binary links anything
+# but the C library dynamically or reaches 64 MiB; it needs the glibc of the
+# build machine or newer (printed).
+GPU_VERIFY := $(OUTPUT)/gpu-verify/gpudra-gpu-verify
+.PHONY: gpu-verify
+gpu-verify: ## Build the read-only GPU verification kit into _output/gpu-verify/
+	@mkdir -p $(dir $(GPU_VERIFY))
+	CGO_ENABLED=1 $(GO) build -trimpath -tags netgo,osusergo -ldflags "-s -w" -o $(GPU_VERIFY) ./test/cmd/gpudra-gpu-verify
+	@size=$$(stat -c %s $(GPU_VERIFY)); echo "$(GPU_VERIFY): $$((size / 1048576)) MiB ($$size bytes); ldd:"; \
+	  ldd $(GPU_VERIFY) | sed 's/^[[:space:]]*/  /'; \
+	  test $$size -lt 67108864 || { echo "gpu-verify: the binary is 64 MiB or more" >&2; exit 1; }; \
+	  if ldd $(GPU_VERIFY) | grep -vqE 'linux-vdso|/ld-linux|lib(c|dl|pthread)\.so'; then \
+	    echo "gpu-verify: links more than libc/libdl dynamically" >&2; exit 1; fi; \
+	  if command -v objdump >/dev/null; then echo "needs glibc >= $$(objdump -T $(GPU_VERIFY) | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 | cut -d_ -f2)"; fi
+	@echo "Usage: copy it to the GPU machine and run ./gpudra-gpu-verify [--nvidia-driver-root=/] [--nvidia-cdi-hook-path=...] [--watch=60s] [-json]; exit status 0: every check passed"
