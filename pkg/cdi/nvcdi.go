@@ -10,6 +10,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/pkg/nvmllib"
 )
 
 // NvcdiEdits asks NVIDIA's nvcdi library (nvidia-container-toolkit) for the
@@ -35,6 +36,12 @@ type NvcdiOptions struct {
 	HostDevRoot string
 	// HookPath is the host path of nvidia-cdi-hook used by the generated hooks.
 	HookPath string
+}
+
+// OptionsFor are the options for a driver root's layout (see
+// nvmllib.DriverRoots) and the host path of nvidia-cdi-hook.
+func OptionsFor(r nvmllib.Roots, hookPath string) NvcdiOptions {
+	return NvcdiOptions{DriverRoot: r.Driver, HostDriverRoot: r.HostDriver, DevRoot: r.Dev, HostDevRoot: r.HostDev, HookPath: hookPath}
 }
 
 // NewNvcdiEdits creates the real-node provider on top of an initialized NVML.

@@ -45,6 +45,11 @@ func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
 	return &GPUNode{Lib: lib, Node: node}, nil
 }
 
+// roots is the layout of the driver root (see nvmllib.DriverRoots).
+func (o *Options) roots() nvmllib.Roots {
+	return nvmllib.DriverRoots(o.NvidiaDriverRoot, o.HostDriverRoot)
+}
+
 // Close shuts NVML down.
 func (n *GPUNode) Close() {
 	if ret := n.Lib.Shutdown(); ret != nvml.SUCCESS {
@@ -55,9 +60,7 @@ func (n *GPUNode) Close() {
 // Edits returns the CDI edits of the node's GPUs, found by NVIDIA's nvcdi
 // under the driver root and named as the host sees them. Computed once.
 func (n *GPUNode) Edits(o *Options) (*cdi.CachedEdits, error) {
-	r := o.roots()
-	p, err := cdi.NewNvcdiEdits(n.Lib, cdi.NvcdiOptions{DriverRoot: r.Driver, HostDriverRoot: r.HostDriver,
-		DevRoot: r.Dev, HostDevRoot: r.HostDev, HookPath: o.NvidiaCDIHookPath})
+	p, err := cdi.NewNvcdiEdits(n.Lib, cdi.OptionsFor(o.roots(), o.NvidiaCDIHookPath))
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ func (o *Options) tool(flag, name string) string {
 	if flag != "" {
 		return flag
 	}
-	if p := filepath.Join(o.NvidiaDriverRoot, "usr", "bin", name); exists(p) {
+	if p := filepath.Join(o.NvidiaDriverRoot, "usr", "bin", name); nvmllib.Exists(p) {
 		return p
 	}
 	if p, err := exec.LookPath(name); err == nil {

@@ -14,6 +14,13 @@ import (
 // one (make sim-nvml-lib puts it at _output/lib/libnvidia-ml-sim.so).
 const LibraryEnv = "GPUDRA_SIM_NVML_LIBRARY"
 
+// RootEnv tells the simulated libnvidia-ml which driver root to simulate at
+// its next nvmlInit instead of the one it was loaded from. A process loads
+// the library once (the dynamic loader hands out the first one loaded for
+// every later dlopen), so tests that use several roots in one process
+// select each with it.
+const RootEnv = "GPUDRA_SIM_NVML_ROOT"
+
 // Packages of the simulated library and the fake tools, in this module.
 const (
 	libraryPackage = "./test/nvmlsim/lib"
@@ -26,9 +33,20 @@ var (
 	buildErr  error
 )
 
-// Build compiles the simulated library and the fake tools once per process
-// into a temporary directory and returns it (the library is
-// <dir>/libnvidia-ml-sim.so, the tools are beside it).
+// Library is the simulated libnvidia-ml that ForTest puts into its roots:
+// $GPUDRA_SIM_NVML_LIBRARY, else the one Build made in dir.
+func Library(dir string) string {
+	if lib := os.Getenv(LibraryEnv); lib != "" {
+		return lib
+	}
+	return filepath.Join(dir, libraryFile)
+}
+
+// Build compiles the simulated library (unless $GPUDRA_SIM_NVML_LIBRARY names
+// one) and the fake tools once per process into _output/test/fakedriver of
+// the module and returns that directory (see Library). Go's build
+// cache makes a rebuild cheap; each file is renamed into place, so test
+// processes building at the same time never see a half-written one.
 func Build() (string, error) {
 	buildOnce.Do(func() { buildDir, buildErr = build() })
 	return buildDir, buildErr
@@ -40,26 +58,29 @@ func build() (string, error) {
 		return "", fmt.Errorf("find the module root (go env GOMOD): %w", err)
 	}
 	root := filepath.Dir(strings.TrimSpace(string(mod)))
-	dir, err := os.MkdirTemp("", "gpudra-fakedriver-")
-	if err != nil {
+	dir := filepath.Join(root, "_output", "test", "fakedriver")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	steps := [][]string{
-		{"build", "-o", dir + "/", "./test/cmd/" + FakeNvidiaSMI, "./test/cmd/" + FakeMPSControl},
+	tmp := fmt.Sprintf(".%d", os.Getpid())
+	builds := map[string][]string{
+		FakeNvidiaSMI:  {"build", "-o", FakeNvidiaSMI + tmp, "./test/cmd/" + FakeNvidiaSMI},
+		FakeMPSControl: {"build", "-o", FakeMPSControl + tmp, "./test/cmd/" + FakeMPSControl},
+		libraryFile:    {"build", "-buildmode=c-shared", "-trimpath", "-o", libraryFile + tmp, libraryPackage},
 	}
-	if lib := os.Getenv(LibraryEnv); lib != "" {
-		if err := os.Symlink(lib, filepath.Join(dir, libraryFile)); err != nil {
-			return "", err
-		}
-	} else {
-		steps = append(steps, []string{"build", "-buildmode=c-shared", "-trimpath", "-o", filepath.Join(dir, libraryFile), libraryPackage})
+	if os.Getenv(LibraryEnv) != "" {
+		delete(builds, libraryFile)
 	}
-	for _, args := range steps {
+	for name, args := range builds {
+		args[2] = filepath.Join(dir, args[2])
 		cmd := exec.Command("go", args...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -Wno-deprecated-declarations")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+		if err := os.Rename(args[2], filepath.Join(dir, name)); err != nil {
+			return "", err
 		}
 	}
 	return dir, nil
@@ -80,8 +101,9 @@ func ForTest(t testing.TB, profile, node string) string {
 	}
 	root := filepath.Join(t.TempDir(), "driver-root")
 	if err := Generate(Options{Dir: root, Profile: profile, Node: node,
-		NVMLLibrary: filepath.Join(dir, libraryFile), ToolsDir: dir}); err != nil {
+		NVMLLibrary: Library(dir), ToolsDir: dir}); err != nil {
 		t.Fatalf("generate a fake driver root: %v", err)
 	}
+	t.Setenv(RootEnv, root)
 	return root
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpudra/gpudra/pkg/nvmllib"
 	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
@@ -46,8 +47,9 @@ func TestNvcdiEdits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := generatedRoot(t, tc.profile)
 			r := newSimRun(t, tc.profile)
-			roots := RootsOf(root)
-			require.Equal(t, Roots{Driver: root, Dev: root, Sys: root + "/sys"}, roots)
+			roots := nvmllib.DriverRoots(root, "")
+			require.Equal(t, nvmllib.Roots{Driver: root, HostDriver: root, Dev: root, HostDev: root,
+				Proc: root + "/proc", Sys: root + "/sys"}, roots)
 			r.cfg.Edits = NvcdiEdits(roots, root+tc.hook)
 			r.cfg.DriverRoot, r.cfg.SysfsRoot, r.cfg.Roots = root, roots.Sys, &roots
 			rep, _ := r.run()

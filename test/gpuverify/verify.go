@@ -33,6 +33,7 @@ import (
 
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/pkg/nvmllib"
 )
 
 // ReadOnlyStatement heads every report.
@@ -63,7 +64,7 @@ type Config struct {
 	// SysfsRoot is where discovery reads the GPUs' PCI topology ("" : /sys).
 	SysfsRoot string
 	// Roots, when set, are reported (ForDriverRoot sets them).
-	Roots *Roots
+	Roots *nvmllib.Roots
 	// Watch is how long the health step watches NVML events.
 	Watch time.Duration
 	// ProbeInterval is the health monitor's probe interval.

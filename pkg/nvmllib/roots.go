@@ -1,11 +1,11 @@
-package plugin
+package nvmllib
 
 import (
 	"os"
 	"path/filepath"
 )
 
-// driverRoots says where the driver's files are, as this process sees them
+// Roots says where the driver's files are, as this process sees them
 // and as the host (the container runtime that reads our CDI specs) sees them,
 // and where the kernel's device nodes, /proc and /sys entries of the driver
 // are read.
@@ -17,7 +17,7 @@ import (
 // covers all: a driver root that has dev/nvidiactl (proc/driver/nvidia,
 // sys/bus/pci/devices) is where device nodes (/proc, /sys entries) are read,
 // otherwise the process's own /dev, /proc and /sys are.
-type driverRoots struct {
+type Roots struct {
 	// Driver and HostDriver: the driver root seen here and by the host.
 	Driver, HostDriver string
 	// Dev and HostDev: the root under which dev/nvidia* lives, seen here and by the host.
@@ -28,22 +28,24 @@ type driverRoots struct {
 	Sys string
 }
 
-func (o *Options) roots() driverRoots {
-	r := driverRoots{Driver: clean(o.NvidiaDriverRoot), HostDriver: clean(o.HostDriverRoot),
+// DriverRoots applies the rule to a driver root as this process sees it and
+// as the host sees it (empty: the same).
+func DriverRoots(driverRoot, hostDriverRoot string) Roots {
+	r := Roots{Driver: clean(driverRoot), HostDriver: clean(hostDriverRoot),
 		Dev: "/", HostDev: "/", Proc: "/proc", Sys: "/sys"}
-	if o.HostDriverRoot == "" {
+	if hostDriverRoot == "" {
 		r.HostDriver = r.Driver
 	}
 	if r.Driver == "/" {
 		return r
 	}
-	if exists(filepath.Join(r.Driver, "dev", "nvidiactl")) {
+	if Exists(filepath.Join(r.Driver, "dev", "nvidiactl")) {
 		r.Dev, r.HostDev = r.Driver, r.HostDriver
 	}
-	if exists(filepath.Join(r.Driver, "proc", "driver", "nvidia")) {
+	if Exists(filepath.Join(r.Driver, "proc", "driver", "nvidia")) {
 		r.Proc = filepath.Join(r.Driver, "proc")
 	}
-	if exists(filepath.Join(r.Driver, "sys", "bus", "pci", "devices")) {
+	if Exists(filepath.Join(r.Driver, "sys", "bus", "pci", "devices")) {
 		r.Sys = filepath.Join(r.Driver, "sys")
 	}
 	return r
@@ -56,7 +58,8 @@ func clean(p string) string {
 	return filepath.Clean(p)
 }
 
-func exists(p string) bool {
+// Exists tells whether a file exists (stat follows links).
+func Exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
