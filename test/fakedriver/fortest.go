@@ -66,13 +66,13 @@ func build() (string, error) {
 	builds := map[string][]string{
 		FakeNvidiaSMI:  {"build", "-o", FakeNvidiaSMI + tmp, "./test/cmd/" + FakeNvidiaSMI},
 		FakeMPSControl: {"build", "-o", FakeMPSControl + tmp, "./test/cmd/" + FakeMPSControl},
-		libraryFile:    {"build", "-buildmode=c-shared", "-trimpath", "-o", libraryFile + tmp, libraryPackage},
+		libraryFile:    {"build", "-o", libraryFile + tmp, "-buildmode=c-shared", "-trimpath", libraryPackage},
 	}
 	if os.Getenv(LibraryEnv) != "" {
 		delete(builds, libraryFile)
 	}
 	for name, args := range builds {
-		args[2] = filepath.Join(dir, args[2])
+		args[2] = filepath.Join(dir, args[2]) // the output of "-o"
 		cmd := exec.Command("go", args...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -Wno-deprecated-declarations")
