@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
 // TestRollingUpdateOnePublisher runs two plugin instances on one node, as a
@@ -65,7 +67,7 @@ func TestRollingUpdateOnePublisher(t *testing.T) {
 		_, ok := gpu5Taints()
 		return ok, nil
 	}), "the old instance publishes")
-	require.NoError(t, os.WriteFile(base.faultFile(), []byte("gpu-5 lost\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(base.NvidiaDriverRoot, fakedriver.FaultFile), []byte("gpu-5 lost\n"), 0o600))
 	newPlugin, _ := instance("new-pod", true)
 
 	// The new instance sees the fault within its first probes (50 ms);
