@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,15 +40,17 @@ func TestRollingUpdateOnePublisher(t *testing.T) {
 
 	base := testOptions(t)
 	require.NoError(t, os.MkdirAll(base.KubeletRegistrarDir, 0o750))
-	instance := func(podUID string, monitor bool) (*Plugin, context.CancelCauseFunc) {
+	instance := func(podUID string, monitor bool) (stop func()) {
 		o := *base
 		o.PodUID = podUID
 		o.Health = HealthOptions{Enabled: monitor, IgnoredXIDs: "13", ProbeInterval: 50 * time.Millisecond, DegradedHold: time.Hour}
 		ctx, cancel := context.WithCancelCause(ctx)
 		p, err := Start(ctx, &o, client, cancel)
 		require.NoError(t, err)
-		t.Cleanup(func() { cancel(nil); p.Stop() })
-		return p, cancel
+		var once sync.Once
+		stop = func() { once.Do(func() { cancel(nil); p.Stop() }) }
+		t.Cleanup(stop)
+		return stop
 	}
 	gpu5Taints := func() ([]resourceapi.DeviceTaint, bool) {
 		l, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
@@ -62,13 +65,13 @@ func TestRollingUpdateOnePublisher(t *testing.T) {
 		return nil, false
 	}
 
-	oldPlugin, stopOld := instance("old-pod", false)
+	stopOld := instance("old-pod", false)
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		_, ok := gpu5Taints()
 		return ok, nil
 	}), "the old instance publishes")
 	require.NoError(t, os.WriteFile(filepath.Join(base.NvidiaDriverRoot, fakedriver.FaultFile), []byte("gpu-5 lost\n"), 0o600))
-	newPlugin, _ := instance("new-pod", true)
+	instance("new-pod", true)
 
 	// The new instance sees the fault within its first probes (50 ms);
 	// give its slice controller (its first sync takes about a second) time
@@ -91,11 +94,60 @@ func TestRollingUpdateOnePublisher(t *testing.T) {
 	require.Empty(t, resp.Claims[string(claim.UID)].Error)
 
 	// The old pod stops; the new instance takes over publishing.
-	stopOld(nil)
-	oldPlugin.Stop()
+	stopOld()
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		taints, _ := gpu5Taints()
 		return len(taints) == 1 && taints[0].Key == "gpu.gpudra.io/lost" && taints[0].Effect == resourceapi.DeviceTaintEffectNoExecute, nil
 	}), "the new instance publishes its view after the old one stopped")
-	require.NotNil(t, newPlugin)
+}
+
+// TestHealthSurvivesRestart: a plugin that restarts publishes the taints
+// it had, with the times they were added: the slice is not rewritten. The
+// fatal XID it saw is not reported again (its event is gone); only the
+// saved state brings its taint back.
+func TestHealthSurvivesRestart(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client, writes := sliceAPI(t)
+	o := testOptions(t)
+	o.Health = HealthOptions{Enabled: true, IgnoredXIDs: "13", ProbeInterval: 50 * time.Millisecond, DegradedHold: time.Hour}
+	require.NoError(t, os.MkdirAll(o.KubeletRegistrarDir, 0o750))
+	start := func() (stop func()) {
+		ctx, cancel := context.WithCancelCause(ctx)
+		p, err := Start(ctx, o, client, cancel)
+		require.NoError(t, err)
+		var once sync.Once
+		stop = func() { once.Do(func() { cancel(nil); p.Stop() }) }
+		t.Cleanup(stop)
+		return stop
+	}
+	gpu5Taints := func() []resourceapi.DeviceTaint {
+		l, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil || len(l.Items) != 1 {
+			return nil
+		}
+		for _, d := range l.Items[0].Spec.Devices {
+			if d.Name == "gpu-5" {
+				return d.Taints
+			}
+		}
+		return nil
+	}
+
+	stop := start()
+	require.NoError(t, os.WriteFile(filepath.Join(o.NvidiaDriverRoot, fakedriver.FaultFile), []byte("gpu-5 xid 95\n"), 0o600))
+	var before []resourceapi.DeviceTaint
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		before = gpu5Taints()
+		return len(before) == 2, nil // recovery-action=gpu-reset, xid=95
+	}), "XID 95 taints gpu-5")
+	require.Equal(t, "gpu.gpudra.io/xid", before[1].Key)
+	stop()
+
+	written := writes.Load()
+	stop = start()
+	for deadline := time.Now().Add(2500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		require.Equal(t, before, gpu5Taints(), "the restarted plugin publishes the same taints")
+	}
+	require.Equal(t, written, writes.Load(), "the restarted plugin's controller found nothing to change")
+	stop()
 }
