@@ -157,6 +157,9 @@ func (l *sliceLeader) tryLead(ctx context.Context) (bool, error) {
 // that the instance that takes over finds the final state. Call it after
 // the helper stopped (its ResourceSlice controller writes nothing more).
 func (l *sliceLeader) stop() {
+	if l == nil {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.stopped = true
