@@ -64,19 +64,12 @@ func Open(opts Options) (*Store, error) {
 	if readBootID == nil {
 		readBootID = readKernelBootID
 	}
-	bootID, err := readBootID()
+	bootID, err := checkBootID(readBootID())
 	if err != nil {
-		return nil, fmt.Errorf("open checkpoint store: read boot ID: %w", err)
-	}
-	bootID = strings.TrimSpace(bootID)
-	if bootID == "" {
-		return nil, errors.New("open checkpoint store: the boot ID is empty; check that " + DefaultBootIDPath + " is readable")
+		return nil, fmt.Errorf("open checkpoint store: %w", err)
 	}
 
 	root := filepath.Clean(opts.Dir)
-	if strings.ContainsAny(bootID, `/\`) || bootID == "." || bootID == ".." {
-		return nil, fmt.Errorf("open checkpoint store: boot ID %q cannot name a directory", bootID)
-	}
 	// Records live in one directory per boot. A power loss always means a
 	// reboot, so whatever a power loss may have half-written sits in the
 	// directory of an earlier boot, which is stale as a whole.
@@ -105,6 +98,27 @@ func Open(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open checkpoint store: %w", err)
 	}
 	return s, nil
+}
+
+// CurrentBootID returns the ID of the running boot as Open reads it: the
+// content of DefaultBootIDPath, trimmed. Other state that only holds until
+// the next reboot (the health monitor's) is keyed by it too.
+func CurrentBootID() (string, error) { return checkBootID(readKernelBootID()) }
+
+// checkBootID trims a boot ID that was read and checks that it can name a
+// directory.
+func checkBootID(bootID string, err error) (string, error) {
+	if err != nil {
+		return "", fmt.Errorf("read boot ID: %w", err)
+	}
+	bootID = strings.TrimSpace(bootID)
+	if bootID == "" {
+		return "", errors.New("the boot ID is empty; check that " + DefaultBootIDPath + " is readable")
+	}
+	if strings.ContainsAny(bootID, `/\`) || bootID == "." || bootID == ".." {
+		return "", fmt.Errorf("boot ID %q cannot name a directory", bootID)
+	}
+	return bootID, nil
 }
 
 func readKernelBootID() (string, error) {

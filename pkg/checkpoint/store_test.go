@@ -70,6 +70,13 @@ func TestOpen(t *testing.T) {
 		s, err := Open(DefaultOptions(t.TempDir()))
 		require.NoError(t, err)
 		assert.Len(t, s.BootID(), 36)
+		id, err := CurrentBootID()
+		require.NoError(t, err)
+		assert.Equal(t, s.BootID(), id)
+	})
+	t.Run("boot ID that cannot name a directory", func(t *testing.T) {
+		_, err := Open(Options{Dir: t.TempDir(), BootID: fixedBootID("../x")})
+		require.ErrorContains(t, err, "cannot name a directory")
 	})
 }
 

@@ -7,14 +7,18 @@
 // applications, see DefaultIgnoredXIDs) are counted and otherwise dropped.
 // A periodic probe asks every GPU whether it still answers (a GPU that fell
 // off the bus answers ERROR_GPU_IS_LOST), which recovery action the driver
-// asks for, and whether its uncorrectable ECC counter went up.
+// asks for, and whether its volatile uncorrectable ECC counter is above
+// the last value read; that counter starts at zero when the driver loads,
+// so a non-zero count at the first probe is an error too.
 //
 // Each finding is a Condition on the physical GPU, keyed by taint key.
 // Conditions that require a reset (fatal XIDs, ECC, a recovery action) are
 // cleared once the driver's recovery action, having been pending, reads none
-// again; a lost GPU is healthy once it answers; degraded conditions without
-// a recovery action expire after a hold time. MIG devices share the
-// conditions of their parent GPU.
+// again, or, with a driver that reports no recovery action, once the
+// volatile ECC counter falls back; a lost GPU is healthy once it answers;
+// degraded conditions without a recovery action expire after a hold time.
+// MIG devices share the conditions of their parent GPU. Conditions survive
+// restarts of the plugin within one boot (persist.go).
 package health
 
 import (
@@ -52,6 +56,11 @@ type Config struct {
 	DegradedHold time.Duration
 	// Metrics, optional.
 	Metrics *Metrics
+	// StateFile keeps the conditions across restarts of the plugin (see
+	// persist.go); empty: only in memory.
+	StateFile string
+	// BootID of the running boot: a state file of another boot is discarded.
+	BootID string
 	// now, for tests.
 	now func() time.Time
 }
@@ -66,6 +75,16 @@ type Monitor struct {
 	gpus  map[string]*gpuState // by UUID
 	names map[string]string    // UUID -> device name
 	subs  map[chan struct{}]struct{}
+	// saving: StartSaving was called (and StopSaving not since).
+	saving bool
+
+	// saveMu orders the writes of the state file (taken before mu).
+	saveMu sync.Mutex
+	// disk is the state file's content as this monitor last read or wrote it.
+	disk    []byte
+	saveErr string // last save error logged
+	// restored: what New did with the state file, logged by Run.
+	restored restoreNote
 }
 
 // New creates a monitor; Run starts it.
@@ -94,6 +113,9 @@ func New(cfg Config) *Monitor {
 			m.byDev[g.Device] = g.UUID
 		}
 	}
+	if cfg.StateFile != "" {
+		m.restored = m.restore()
+	}
 	cfg.Metrics.setHealthOf(m.Snapshot(), cfg.GPUs)
 	return m
 }
@@ -110,6 +132,7 @@ func (m *Monitor) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	logger.Info("GPU health monitor started", "gpus", len(m.cfg.GPUs), "probeInterval", m.cfg.ProbeInterval,
 		"ignoredXIDs", FormatXIDs(m.cfg.IgnoredXIDs))
+	m.restored.log(logger, m.cfg.StateFile)
 	var wg sync.WaitGroup
 	wg.Go(func() { m.watchEvents(ctx) })
 	tick := time.NewTicker(m.cfg.ProbeInterval)
@@ -158,16 +181,29 @@ func (m *Monitor) Subscribe() (<-chan struct{}, func()) {
 func (m *Monitor) update(ctx context.Context, uuid string, f func(g *gpuState) bool) {
 	m.mu.Lock()
 	g, ok := m.gpus[uuid]
-	if !ok || !f(g) {
+	if !ok {
 		m.mu.Unlock()
 		return
 	}
+	if !f(g) {
+		m.mu.Unlock()
+		m.save(ctx) // the ECC baseline may have moved
+		return
+	}
 	conds := g.snapshot()
-	subs := slices.Collect(maps.Keys(m.subs))
 	m.mu.Unlock()
 	klog.FromContext(ctx).Info("GPU health changed", "gpu", m.names[uuid], "uuid", uuid,
 		"health", Snapshot{GPUs: map[string][]Condition{uuid: conds}}.Health(uuid), "conditions", describe(conds))
+	m.save(ctx)
+	m.changed()
+}
+
+// changed updates the metrics and notifies the subscribers.
+func (m *Monitor) changed() {
 	m.cfg.Metrics.setHealthOf(m.Snapshot(), m.cfg.GPUs)
+	m.mu.Lock()
+	subs := slices.Collect(maps.Keys(m.subs))
+	m.mu.Unlock()
 	for _, ch := range subs {
 		select {
 		case ch <- struct{}{}:

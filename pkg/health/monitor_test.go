@@ -22,6 +22,8 @@ type fixture struct {
 	gpus []GPU
 	now  time.Time
 	reg  *prometheus.Registry
+	// stateFile: see newPersistFixture.
+	stateFile string
 }
 
 func newFixture(t *testing.T, ignored []uint64) *fixture {

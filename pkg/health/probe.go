@@ -62,6 +62,12 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 	hold := m.cfg.DegradedHold
 	m.update(ctx, gpu.UUID, func(g *gpuState) bool {
 		changed := false
+		if eccRet == nvml.SUCCESS && ecc < g.eccBaseline && !known {
+			// The volatile counter fell back: the GPU was reset or the
+			// driver reloaded. A driver that reports no recovery action
+			// gives no other sign of a reset.
+			g.recoveryPending = true
+		}
 		if !known && g.recoveryPending {
 			known, action = true, nvml.GPU_RECOVERY_ACTION_NONE // back from lost, no field to say otherwise
 		}
@@ -84,10 +90,12 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 			}
 		}
 		if eccRet == nvml.SUCCESS {
-			if g.eccKnown && ecc > g.eccBaseline {
+			// The baseline starts at 0, the count when the driver loaded:
+			// errors counted while the plugin was down are faults too.
+			if ecc > g.eccBaseline {
 				changed = g.set(eccCondition(now)) || changed
 			}
-			g.eccKnown, g.eccBaseline = true, ecc // a reset zeroes the volatile counter
+			g.eccBaseline = ecc
 		}
 		for k, c := range g.conds {
 			if !c.untilRecovered && c.Key != KeyLost && c.Key != KeyRecovery && now.Sub(c.Since) >= hold && !g.recoveryPending {

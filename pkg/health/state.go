@@ -39,8 +39,8 @@ type Condition struct {
 	Since   time.Time
 	// untilRecovered: cleared once the driver's recovery action, after
 	// having been pending, reads none again (the GPU was reset or the node
-	// rebooted). Without that field the condition stays until the plugin
-	// restarts.
+	// rebooted). Without that field the condition stays until the volatile
+	// ECC counter shows a reset (it falls back) or the node reboots.
 	untilRecovered bool
 }
 
@@ -59,8 +59,11 @@ type gpuState struct {
 	conds map[string]Condition // by taint key
 	// recoveryPending: the driver's recovery action was seen other than none.
 	recoveryPending bool
-	eccKnown        bool
-	eccBaseline     uint64
+	// eccBaseline is the volatile uncorrectable ECC count last read. It
+	// starts at 0 (or the saved value of this boot): the volatile counter
+	// is zeroed when the driver loads and when the GPU is reset, so any
+	// count above it is an error since then.
+	eccBaseline uint64
 }
 
 // set adds or replaces the condition of its key; a weaker condition does not

@@ -91,11 +91,14 @@ type Plugin struct {
 	// MetricsAddr is where /metrics is served; nil when disabled.
 	MetricsAddr net.Addr
 	gpus        *GPUNode
+	leader      *sliceLeader
 }
 
-// Stop stops serving and releases NVML. Prepared claims stay prepared.
+// Stop stops serving, hands publishing over to another instance of the
+// node (if one waits) and releases NVML. Prepared claims stay prepared.
 func (p *Plugin) Stop() {
 	p.Helper.Stop()
+	p.leader.stop()
 	p.gpus.Close()
 }
 
@@ -192,17 +195,20 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, fmt.Errorf("start kubelet plugin: %w", err)
 	}
-	if err := publishFirst(ctx, client, o.DriverName, o.NodeName, pub.Desired()); err != nil {
-		logger.Error(err, "Could not publish the first ResourceSlice directly; the ResourceSlice controller will")
-	}
-	if err := pub.Attach(ctx, helper); err != nil {
+	_ = pub.Attach(ctx, helper) // publishes nothing before the leader says so
+	leader := newSliceLeader(o, pub, hs, func(ctx context.Context) {
+		if err := publishFirst(ctx, client, o.DriverName, o.NodeName, pub.Desired()); err != nil {
+			logger.Error(err, "Could not publish the first ResourceSlice directly; the ResourceSlice controller will")
+		}
+	})
+	if err := leader.start(ctx); err != nil {
 		helper.Stop()
-		return nil, fmt.Errorf("publish ResourceSlices: %w", err)
+		return nil, err
 	}
 	driver.startBackground(ctx)
 	logger.Info("gpu-kubelet-plugin running", "node", o.NodeName, "driver", o.DriverName, "gpus", len(gpus.Node.GPUs),
 		"cdiRoot", o.CDIRoot, "dataDir", o.PluginDataDir())
-	return &Plugin{Helper: helper, Manager: manager, MetricsAddr: metricsAddr, gpus: gpus}, nil
+	return &Plugin{Helper: helper, Manager: manager, MetricsAddr: metricsAddr, gpus: gpus, leader: leader}, nil
 }
 
 func kubeClient(o *Options) (kubernetes.Interface, error) {

@@ -49,6 +49,9 @@ func newHealthService(ctx context.Context, o *Options, gpus *GPUNode, pub *publi
 		return nil, fmt.Errorf("--health-ignored-xids: %w", err)
 	}
 	cfg := health.Config{Lib: gpus.Lib, IgnoredXIDs: ignored, ProbeInterval: o.Health.ProbeInterval, DegradedHold: o.Health.DegradedHold}
+	if err := o.persistHealth(&cfg); err != nil {
+		return nil, err
+	}
 	for _, g := range gpus.Node.GPUs {
 		dev, ret := gpus.Lib.DeviceGetHandleByUUID(g.UUID)
 		if ret != nvml.SUCCESS {

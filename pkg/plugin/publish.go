@@ -16,11 +16,14 @@ import (
 // (SetBase, whenever they change) with the health monitor's taints applied
 // on top (Retaint, whenever health changes). The helper's ResourceSlice
 // controller then reconciles the slices, retrying failed writes with
-// exponential backoff.
+// exponential backoff. Only the node's leading instance publishes (see
+// publishlock.go); the other one keeps the same state without writing it.
 type publisher struct {
 	mu     sync.Mutex
 	helper *kubeletplugin.Helper
-	base   resourceslice.DriverResources
+	// leading: this instance holds the node's publish lock.
+	leading bool
+	base    resourceslice.DriverResources
 	// taints returns the current health; nil publishes the base as is.
 	taints func() health.Snapshot
 }
@@ -34,12 +37,27 @@ func (p *publisher) SetBase(ctx context.Context, res resourceslice.DriverResourc
 	return p.publishLocked(ctx)
 }
 
-// Attach starts publishing through the helper.
+// Attach publishes through the helper from now on (once leading).
 func (p *publisher) Attach(ctx context.Context, h *kubeletplugin.Helper) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.helper = h
 	return p.publishLocked(ctx)
+}
+
+// lead makes this instance the node's publisher and publishes.
+func (p *publisher) lead(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.leading = true
+	return p.publishLocked(ctx)
+}
+
+// resign stops publishing; the helper's controller keeps what it wrote.
+func (p *publisher) resign() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.leading = false
 }
 
 // Retaint publishes the base again with the current taints.
@@ -53,7 +71,7 @@ func (p *publisher) Retaint(ctx context.Context) {
 }
 
 func (p *publisher) publishLocked(ctx context.Context) error {
-	if p.helper == nil {
+	if p.helper == nil || !p.leading {
 		return nil
 	}
 	return p.helper.PublishResources(ctx, p.desiredLocked())

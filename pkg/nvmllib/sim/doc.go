@@ -104,7 +104,8 @@
 // (EventSetCreate, RegisterEvents, GetSupportedEventTypes, EventSetWait,
 // EventSetFree) delivering critical XID and double-bit ECC events, the ECC
 // counters (GetTotalEccErrors), the driver's recovery action (GetFieldValues
-// with FI_DEV_GET_GPU_RECOVERY_ACTION), and GPUs fallen off the bus
+// with FI_DEV_GET_GPU_RECOVERY_ACTION; not supported when the profile's
+// driverVersion is older than 550), and GPUs fallen off the bus
 // (ERROR_GPU_IS_LOST). Faults are injected with InjectXID,
 // InjectDoubleBitECC and SetLost and repaired with Reset, or through a
 // FaultFile (faultfile.go), the control file the plugin watches in

@@ -3,6 +3,8 @@ package sim
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,7 +21,9 @@ import (
 //   - the volatile and aggregate ECC counters (GetTotalEccErrors);
 //   - the GPU recovery action the driver asks for (GetFieldValues with
 //     FI_DEV_GET_GPU_RECOVERY_ACTION): GPU reset after a fatal XID or a
-//     double-bit ECC error, node reboot after XID 79;
+//     double-bit ECC error, node reboot after XID 79. Like real drivers
+//     before R550, a profile whose driverVersion is older than 550 answers
+//     that field with ERROR_NOT_SUPPORTED;
 //   - a GPU fallen off the bus (XID 79, or SetLost): its health queries
 //     (GetMemoryInfo, GetTotalEccErrors, GetFieldValues, RegisterEvents,
 //     GetTemperature) answer ERROR_GPU_IS_LOST. Identity queries (UUID,
@@ -163,6 +167,14 @@ func (b *faultBook) emitLocked(d *device, eventType, data uint64) {
 	}
 }
 
+// recoveryActionSupported: the driver reports FI_DEV_GET_GPU_RECOVERY_ACTION
+// from branch R550 on. A version that does not parse counts as new.
+func recoveryActionSupported(driverVersion string) bool {
+	major, _, _ := strings.Cut(driverVersion, ".")
+	n, err := strconv.Atoi(major)
+	return err != nil || n >= 550
+}
+
 func (d *device) setFaultFuncs(b *faultBook) {
 	state := func() (*gpuFaults, func()) {
 		b.mu.Lock()
@@ -208,6 +220,7 @@ func (d *device) setFaultFuncs(b *faultBook) {
 		}
 		return 0, nvml.ERROR_INVALID_ARGUMENT
 	}
+	recoverySupported := recoveryActionSupported(d.srv.profile.DriverVersion)
 	d.GetFieldValuesFunc = func(values []nvml.FieldValue) nvml.Return {
 		g, unlock := state()
 		defer unlock()
@@ -216,7 +229,7 @@ func (d *device) setFaultFuncs(b *faultBook) {
 		}
 		for i := range values {
 			v := &values[i]
-			if v.FieldId != nvml.FI_DEV_GET_GPU_RECOVERY_ACTION {
+			if v.FieldId != nvml.FI_DEV_GET_GPU_RECOVERY_ACTION || !recoverySupported {
 				v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
 				continue
 			}

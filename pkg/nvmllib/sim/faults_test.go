@@ -152,3 +152,33 @@ func TestFaultFileSync(t *testing.T) {
 	_, ret = gpu1.GetMemoryInfo()
 	assert.Equal(t, nvml.SUCCESS, ret, "no file: every GPU repaired")
 }
+
+// Drivers before R550 do not report the recovery action; the ECC counters
+// and events work as on newer drivers.
+func TestRecoveryActionNeedsR550(t *testing.T) {
+	for _, tc := range []struct {
+		driver string
+		want   nvml.Return
+	}{
+		{driver: "535.183.01", want: nvml.ERROR_NOT_SUPPORTED},
+		{driver: "550.90.07", want: nvml.SUCCESS},
+		{driver: "570.124.06", want: nvml.SUCCESS},
+	} {
+		t.Run(tc.driver, func(t *testing.T) {
+			p, err := Parse([]byte("name: old\ndriverVersion: \"" + tc.driver + "\"\ncudaDriverVersion: \"12.2\"\ngpus:\n  - model: h100-sxm5-80gb\n"))
+			require.NoError(t, err)
+			s := NewServer(p, "node-a")
+			require.Equal(t, nvml.SUCCESS, s.Init())
+			t.Cleanup(func() { _ = s.Shutdown() })
+			d, _ := s.DeviceGetHandleByIndex(0)
+			id, _ := d.GetUUID()
+			require.NoError(t, s.InjectDoubleBitECC(id))
+			v := []nvml.FieldValue{{FieldId: nvml.FI_DEV_GET_GPU_RECOVERY_ACTION}}
+			require.Equal(t, nvml.SUCCESS, d.GetFieldValues(v))
+			assert.Equal(t, tc.want, nvml.Return(v[0].NvmlReturn))
+			n, ret := d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+			require.Equal(t, nvml.SUCCESS, ret)
+			assert.Equal(t, uint64(1), n)
+		})
+	}
+}
