@@ -82,7 +82,8 @@
 // Compute instance profiles are derived from the GPU instance profile (see
 // geometry.go). Each compute instance is a MIG device, listed by
 // GetMigDeviceHandleByIndex in (GPU instance ID, compute instance ID) order,
-// with UUID "MIG-<uuid>", IsMigDeviceHandle, GetDeviceHandleFromMigDeviceHandle,
+// with UUID "MIG-<uuid>", GetIndex (that index, as NVML reports it),
+// IsMigDeviceHandle, GetDeviceHandleFromMigDeviceHandle,
 // GetGpuInstanceId, GetComputeInstanceId, GetName ("NVIDIA H100 80GB HBM3 MIG
 // 3g.40gb"), GetMemoryInfo(_v2), GetAttributes, and the parent's brand,
 // architecture, compute capability, PCI info and NUMA node. Handles of

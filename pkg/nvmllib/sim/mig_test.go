@@ -188,12 +188,16 @@ func TestMIGOnA100(t *testing.T) {
 		mig, ret := d.GetMigDeviceHandleByIndex(i)
 		require.Equal(t, nvml.SUCCESS, ret)
 		checkMIGDevice(t, s, d, mig, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 7+i, 0, 4864)
+		idx, ret := mig.GetIndex()
+		require.Equal(t, nvml.SUCCESS, ret)
+		assert.Equal(t, i, idx, "a MIG device's index is its GetMigDeviceHandleByIndex index")
 		id, _ := mig.GetUUID()
 		uuids[id] = true
 	}
 	assert.Len(t, uuids, 7)
 
 	// Tear one down and recreate it: a new MIG device with a new UUID.
+	old, _ := d.GetMigDeviceHandleByIndex(3)
 	gi, _ := d.GetGpuInstanceById(10)
 	cis, _ := gi.GetComputeInstances(&nvml.ComputeInstanceProfileInfo{Id: nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE})
 	require.Len(t, cis, 1)
@@ -207,6 +211,8 @@ func TestMIGOnA100(t *testing.T) {
 	mig, _ := d.GetMigDeviceHandleByIndex(3)
 	id, _ := mig.GetUUID()
 	assert.False(t, uuids[id])
+	_, ret = old.GetIndex()
+	assert.Equal(t, nvml.ERROR_INVALID_ARGUMENT, ret, "the destroyed MIG device has no index")
 }
 
 func TestComputeInstancesInAFullGPUInstance(t *testing.T) {

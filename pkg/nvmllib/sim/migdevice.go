@@ -42,6 +42,19 @@ func newMIGDevice(ci *computeInstance, id string) *migDevice {
 	m.GetDeviceHandleFromMigDeviceHandleFunc = func() (nvml.Device, nvml.Return) {
 		return guard[nvml.Device](m, parent)
 	}
+	// Like NVML, a MIG device's index is the one GetMigDeviceHandleByIndex
+	// takes (nvcdi names MIG devices "<GPU index>:<MIG index>").
+	m.GetIndexFunc = func() (int, nvml.Return) {
+		mu := &parent.srv.mu
+		mu.Lock()
+		defer mu.Unlock()
+		for i, other := range parent.migDevicesLocked() {
+			if other == m {
+				return i, nvml.SUCCESS
+			}
+		}
+		return 0, nvml.ERROR_INVALID_ARGUMENT // destroyed
+	}
 	m.GetGpuInstanceIdFunc = func() (int, nvml.Return) { return guard(m, int(ci.gi.info.Id)) }
 	m.GetComputeInstanceIdFunc = func() (int, nvml.Return) { return guard(m, int(ci.info.Id)) }
 	m.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
