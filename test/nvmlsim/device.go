@@ -14,7 +14,8 @@ func (l *Library) onDevice(name string, h uintptr, f func(nvml.Device) nvml.Retu
 }
 
 // onSessionDevice is onDevice for calls that also need the session.
-func (l *Library) onSessionDevice(name string, h uintptr, f func(*session, nvml.Device) nvml.Return) nvml.Return {
+func (l *Library) onSessionDevice(name string, h uintptr, f func(*session, nvml.Device) nvml.Return) (ret nvml.Return) {
+	defer l.recoverPanic(name, &ret)
 	s, ret := l.enter(name)
 	if ret != nvml.SUCCESS {
 		return ret
@@ -176,7 +177,8 @@ func (l *Library) DeviceSetComputeMode(h uintptr, mode int32) nvml.Return {
 }
 
 // DeviceGetP2PStatus is nvmlDeviceGetP2PStatus.
-func (l *Library) DeviceGetP2PStatus(h1, h2 uintptr, index int32, p unsafe.Pointer) nvml.Return {
+func (l *Library) DeviceGetP2PStatus(h1, h2 uintptr, index int32, p unsafe.Pointer) (ret nvml.Return) {
+	defer l.recoverPanic("nvmlDeviceGetP2PStatus", &ret)
 	s, ret := l.enter("nvmlDeviceGetP2PStatus")
 	if ret != nvml.SUCCESS {
 		return ret

@@ -37,7 +37,8 @@ func (l *Library) DeviceGetFieldValues(h uintptr, count int32, values unsafe.Poi
 }
 
 // EventSetCreate is nvmlEventSetCreate.
-func (l *Library) EventSetCreate(p unsafe.Pointer) nvml.Return {
+func (l *Library) EventSetCreate(p unsafe.Pointer) (ret nvml.Return) {
+	defer l.recoverPanic("nvmlEventSetCreate", &ret)
 	s, ret := l.enter("nvmlEventSetCreate")
 	if ret != nvml.SUCCESS {
 		return ret
@@ -60,7 +61,8 @@ func (l *Library) EventSetCreate(p unsafe.Pointer) nvml.Return {
 }
 
 // EventSetFree is nvmlEventSetFree.
-func (l *Library) EventSetFree(h uintptr) nvml.Return {
+func (l *Library) EventSetFree(h uintptr) (ret nvml.Return) {
+	defer l.recoverPanic("nvmlEventSetFree", &ret)
 	if _, ret := l.enter("nvmlEventSetFree"); ret != nvml.SUCCESS {
 		return ret
 	}
@@ -89,7 +91,8 @@ func (l *Library) DeviceRegisterEvents(h uintptr, types uint64, seth uintptr) nv
 
 // EventSetWait is nvmlEventSetWait(_v2): waits up to timeoutMs for an
 // event of a registered GPU.
-func (l *Library) EventSetWait(name string, h uintptr, data unsafe.Pointer, timeoutMs uint32) nvml.Return {
+func (l *Library) EventSetWait(name string, h uintptr, data unsafe.Pointer, timeoutMs uint32) (ret nvml.Return) {
+	defer l.recoverPanic(name, &ret)
 	if _, ret := l.enter(name); ret != nvml.SUCCESS {
 		return ret
 	}

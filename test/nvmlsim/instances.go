@@ -9,7 +9,8 @@ import (
 
 // Calls on GPU instance and compute instance handles.
 
-func (l *Library) onGpuInstance(name string, h uintptr, f func(*session, nvml.GpuInstance) nvml.Return) nvml.Return {
+func (l *Library) onGpuInstance(name string, h uintptr, f func(*session, nvml.GpuInstance) nvml.Return) (ret nvml.Return) {
+	defer l.recoverPanic(name, &ret)
 	s, ret := l.enter(name)
 	if ret != nvml.SUCCESS {
 		return ret
@@ -21,7 +22,8 @@ func (l *Library) onGpuInstance(name string, h uintptr, f func(*session, nvml.Gp
 	return f(s, gi)
 }
 
-func (l *Library) onComputeInstance(name string, h uintptr, f func(nvml.ComputeInstance) nvml.Return) nvml.Return {
+func (l *Library) onComputeInstance(name string, h uintptr, f func(nvml.ComputeInstance) nvml.Return) (ret nvml.Return) {
+	defer l.recoverPanic(name, &ret)
 	s, ret := l.enter(name)
 	if ret != nvml.SUCCESS {
 		return ret

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,7 +77,8 @@ func (l *Library) stderr() io.Writer {
 // Init is nvmlInit_v2 (and nvmlInit, nvmlInitWithFlags). The first call
 // loads the configuration and builds the simulated node; later calls only
 // count. A failure is explained on stderr.
-func (l *Library) Init() nvml.Return {
+func (l *Library) Init() (ret nvml.Return) {
+	defer l.recoverPanic("nvmlInit", &ret)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.refs > 0 {
@@ -151,7 +153,8 @@ func rootConfig(root string) string { return root + "/" + ConfigPath }
 
 // Shutdown is nvmlShutdown. The last one stops the fault watcher and drops
 // the simulated node; its MIG state lives on in the state file.
-func (l *Library) Shutdown() nvml.Return {
+func (l *Library) Shutdown() (ret nvml.Return) {
+	defer l.recoverPanic("nvmlShutdown", &ret)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.refs == 0 {
@@ -184,6 +187,15 @@ func (l *Library) enter(name string) (*session, nvml.Return) {
 	}
 	s.trace.call(name)
 	return s, nvml.SUCCESS
+}
+
+// recoverPanic turns a panic of an NVML call into ERROR_UNKNOWN: a Go
+// panic in the library would end the caller's process.
+func (l *Library) recoverPanic(name string, ret *nvml.Return) {
+	if p := recover(); p != nil {
+		fmt.Fprintf(l.stderr(), "gpudra simulated NVML: %s panicked (returning ERROR_UNKNOWN): %v\n%s\n", name, p, debug.Stack())
+		*ret = nvml.ERROR_UNKNOWN
+	}
 }
 
 // NotSupported answers an NVML function the simulator does not model.

@@ -220,3 +220,11 @@ func TestEventSetsEndWithTheSession(t *testing.T) {
 	var ev cEventData
 	require.Equal(t, nvml.ERROR_INVALID_ARGUMENT, f.l.EventSetWait("test", set, unsafe.Pointer(&ev), 1))
 }
+
+func TestPanicIsAnError(t *testing.T) {
+	f := newFixture(t, "l4")
+	f.init()
+	ret := f.l.onDevice("nvmlDeviceGetBoom", f.gpu(0), func(nvml.Device) nvml.Return { panic("boom") })
+	require.Equal(t, nvml.ERROR_UNKNOWN, ret, "a bug in the library must not end the caller's process")
+	require.Contains(t, f.stderr.String(), "nvmlDeviceGetBoom panicked (returning ERROR_UNKNOWN): boom")
+}

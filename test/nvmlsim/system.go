@@ -9,7 +9,8 @@ import (
 // System queries and device enumeration.
 
 // SystemGetDriverVersion is nvmlSystemGetDriverVersion.
-func (l *Library) SystemGetDriverVersion(buf unsafe.Pointer, length uint32) nvml.Return {
+func (l *Library) SystemGetDriverVersion(buf unsafe.Pointer, length uint32) (ret nvml.Return) {
+	defer l.recoverPanic("nvmlSystemGetDriverVersion", &ret)
 	s, ret := l.enter("nvmlSystemGetDriverVersion")
 	if ret != nvml.SUCCESS {
 		return ret
@@ -19,7 +20,8 @@ func (l *Library) SystemGetDriverVersion(buf unsafe.Pointer, length uint32) nvml
 }
 
 // SystemGetNVMLVersion is nvmlSystemGetNVMLVersion.
-func (l *Library) SystemGetNVMLVersion(buf unsafe.Pointer, length uint32) nvml.Return {
+func (l *Library) SystemGetNVMLVersion(buf unsafe.Pointer, length uint32) (ret nvml.Return) {
+	defer l.recoverPanic("nvmlSystemGetNVMLVersion", &ret)
 	s, ret := l.enter("nvmlSystemGetNVMLVersion")
 	if ret != nvml.SUCCESS {
 		return ret
@@ -29,7 +31,8 @@ func (l *Library) SystemGetNVMLVersion(buf unsafe.Pointer, length uint32) nvml.R
 }
 
 // SystemGetCudaDriverVersion is nvmlSystemGetCudaDriverVersion(_v2).
-func (l *Library) SystemGetCudaDriverVersion(name string, version unsafe.Pointer) nvml.Return {
+func (l *Library) SystemGetCudaDriverVersion(name string, version unsafe.Pointer) (ret nvml.Return) {
+	defer l.recoverPanic(name, &ret)
 	s, ret := l.enter(name)
 	if ret != nvml.SUCCESS {
 		return ret
@@ -39,7 +42,8 @@ func (l *Library) SystemGetCudaDriverVersion(name string, version unsafe.Pointer
 }
 
 // DeviceGetCount is nvmlDeviceGetCount(_v2).
-func (l *Library) DeviceGetCount(name string, count unsafe.Pointer) nvml.Return {
+func (l *Library) DeviceGetCount(name string, count unsafe.Pointer) (ret nvml.Return) {
+	defer l.recoverPanic(name, &ret)
 	s, ret := l.enter(name)
 	if ret != nvml.SUCCESS {
 		return ret
@@ -49,7 +53,8 @@ func (l *Library) DeviceGetCount(name string, count unsafe.Pointer) nvml.Return 
 }
 
 // DeviceGetHandleByIndex is nvmlDeviceGetHandleByIndex(_v2).
-func (l *Library) DeviceGetHandleByIndex(name string, index uint32, device unsafe.Pointer) nvml.Return {
+func (l *Library) DeviceGetHandleByIndex(name string, index uint32, device unsafe.Pointer) (ret nvml.Return) {
+	defer l.recoverPanic(name, &ret)
 	s, ret := l.enter(name)
 	if ret != nvml.SUCCESS {
 		return ret
@@ -62,7 +67,8 @@ func (l *Library) DeviceGetHandleByIndex(name string, index uint32, device unsaf
 }
 
 // DeviceGetHandleByUUID is nvmlDeviceGetHandleByUUID: GPU and MIG UUIDs.
-func (l *Library) DeviceGetHandleByUUID(uuid, device unsafe.Pointer) nvml.Return {
+func (l *Library) DeviceGetHandleByUUID(uuid, device unsafe.Pointer) (ret nvml.Return) {
+	defer l.recoverPanic("nvmlDeviceGetHandleByUUID", &ret)
 	s, ret := l.enter("nvmlDeviceGetHandleByUUID")
 	if ret != nvml.SUCCESS {
 		return ret
@@ -76,7 +82,8 @@ func (l *Library) DeviceGetHandleByUUID(uuid, device unsafe.Pointer) nvml.Return
 }
 
 // DeviceGetHandleByPciBusId is nvmlDeviceGetHandleByPciBusId(_v2).
-func (l *Library) DeviceGetHandleByPciBusId(name string, busID, device unsafe.Pointer) nvml.Return {
+func (l *Library) DeviceGetHandleByPciBusId(name string, busID, device unsafe.Pointer) (ret nvml.Return) {
+	defer l.recoverPanic(name, &ret)
 	s, ret := l.enter(name)
 	if ret != nvml.SUCCESS {
 		return ret
@@ -90,7 +97,8 @@ func (l *Library) DeviceGetHandleByPciBusId(name string, busID, device unsafe.Po
 }
 
 // DeviceGetHandleBySerial is nvmlDeviceGetHandleBySerial.
-func (l *Library) DeviceGetHandleBySerial(serial, device unsafe.Pointer) nvml.Return {
+func (l *Library) DeviceGetHandleBySerial(serial, device unsafe.Pointer) (ret nvml.Return) {
+	defer l.recoverPanic("nvmlDeviceGetHandleBySerial", &ret)
 	s, ret := l.enter("nvmlDeviceGetHandleBySerial")
 	if ret != nvml.SUCCESS {
 		return ret
