@@ -11,6 +11,8 @@
 // and never calls back into the caller.
 package main
 
+//go:generate go run ../internal/genstubs -o stubs_generated.c
+
 import "C"
 
 import (
