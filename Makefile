@@ -21,9 +21,16 @@ BENCH_PKGS := ./pkg/...
 
 all: build
 
-build: ## Build the binaries into _output/bin
+build: sim-nvml-lib ## Build the binaries into _output/bin
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/... ./test/cmd/...
+
+# The simulated libnvidia-ml of fake driver roots (test/nvmlsim; test-only, never shipped).
+.PHONY: sim-nvml-lib
+sim-nvml-lib: ## Build the simulated NVML library into _output/lib
+	@mkdir -p $(OUTPUT)/lib
+	$(GO) build -buildmode=c-shared -trimpath -ldflags "-s -w" -o $(OUTPUT)/lib/libnvidia-ml-sim.so ./test/nvmlsim/lib
+	@rm -f $(OUTPUT)/lib/libnvidia-ml-sim.h
 
 test: unit e2e ## The README's test command: vet, unit tests with the race detector, fuzz seeds, e2e on the local cluster
 
