@@ -82,8 +82,11 @@ func (l *Library) DeviceGetCudaComputeCapability(h uintptr, major, minor unsafe.
 			return nvml.ERROR_INVALID_ARGUMENT
 		}
 		a, b, ret := d.GetCudaComputeCapability()
-		store(major, int32(a), ret)
-		return store(minor, int32(b), ret)
+		if ret != nvml.SUCCESS {
+			return ret
+		}
+		*(*int32)(major), *(*int32)(minor) = int32(a), int32(b)
+		return nvml.SUCCESS
 	})
 }
 

@@ -1,7 +1,6 @@
 package nvmlsim
 
 import (
-	"fmt"
 	"sync"
 	"syscall"
 )
@@ -28,22 +27,6 @@ const (
 	kindComputeInstance
 	kindEventSet
 )
-
-func (k handleKind) String() string {
-	switch k {
-	case kindGPU:
-		return "GPU"
-	case kindMIGDevice:
-		return "MIG device"
-	case kindGPUInstance:
-		return "GPU instance"
-	case kindComputeInstance:
-		return "compute instance"
-	case kindEventSet:
-		return "event set"
-	}
-	return fmt.Sprintf("handleKind(%d)", uint8(k))
-}
 
 // key identifies what a handle stands for.
 type key struct {

@@ -87,7 +87,7 @@ func (l *Library) Init() (ret nvml.Return) {
 	}
 	s, err := l.open()
 	if err != nil {
-		fmt.Fprintf(l.stderr(), "gpudra simulated NVML: nvmlInit failed: %v\n", err)
+		_, _ = fmt.Fprintf(l.stderr(), "gpudra simulated NVML: nvmlInit failed: %v\n", err)
 		var ie *initError
 		if errors.As(err, &ie) {
 			return ie.ret
@@ -123,7 +123,7 @@ func (l *Library) open() (*session, error) {
 		}
 	}
 	if ret := srv.Init(); ret != nvml.SUCCESS {
-		return nil, &initError{ret, fmt.Errorf("simulated node %s: %v", cfg.Node, ret)}
+		return nil, &initError{ret, fmt.Errorf("simulated node %s: %w", cfg.Node, ret)}
 	}
 	trace, err := newTracer(l.Getenv(TraceEnv), l.stderr())
 	if err != nil {
@@ -140,7 +140,7 @@ func (l *Library) open() (*session, error) {
 	// Apply what the file holds before the first query; Watch keeps
 	// applying it (lines already applied are not injected again).
 	if err := ff.Sync(); err != nil {
-		fmt.Fprintf(l.stderr(), "gpudra simulated NVML: %v\n", err)
+		_, _ = fmt.Fprintf(l.stderr(), "gpudra simulated NVML: %v\n", err)
 	}
 	go func() {
 		defer close(s.done)
@@ -193,7 +193,7 @@ func (l *Library) enter(name string) (*session, nvml.Return) {
 // panic in the library would end the caller's process.
 func (l *Library) recoverPanic(name string, ret *nvml.Return) {
 	if p := recover(); p != nil {
-		fmt.Fprintf(l.stderr(), "gpudra simulated NVML: %s panicked (returning ERROR_UNKNOWN): %v\n%s\n", name, p, debug.Stack())
+		_, _ = fmt.Fprintf(l.stderr(), "gpudra simulated NVML: %s panicked (returning ERROR_UNKNOWN): %v\n%s\n", name, p, debug.Stack())
 		*ret = nvml.ERROR_UNKNOWN
 	}
 }

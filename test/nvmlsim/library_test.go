@@ -55,7 +55,7 @@ func newFixture(t *testing.T, profile string) *fixture {
 func (f *fixture) init() {
 	f.t.Helper()
 	require.Equal(f.t, nvml.SUCCESS, f.l.Init(), f.stderr.String())
-	f.t.Cleanup(func() { f.l.Shutdown() })
+	f.t.Cleanup(func() { _ = f.l.Shutdown() })
 }
 
 func (f *fixture) gpu(i int) uintptr {
@@ -203,7 +203,7 @@ func TestEventsFromFaultFile(t *testing.T) {
 	require.Equal(t, nvml.SUCCESS, f.l.EventSetFree(set))
 	require.Equal(t, nvml.ERROR_INVALID_ARGUMENT, f.l.EventSetWait("test", set, unsafe.Pointer(&ev), 1))
 
-	f.l.NotSupported("nvmlDeviceGetPowerUsage")
+	_ = f.l.NotSupported("nvmlDeviceGetPowerUsage")
 	trace, err := os.ReadFile(f.env[TraceEnv])
 	require.NoError(t, err)
 	require.Contains(t, string(trace), "nvml nvmlDeviceRegisterEvents\n")

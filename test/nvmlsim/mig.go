@@ -17,8 +17,11 @@ func (l *Library) DeviceGetMigMode(h uintptr, current, pending unsafe.Pointer) n
 			return nvml.ERROR_INVALID_ARGUMENT
 		}
 		c, p, ret := d.GetMigMode()
-		store(current, uint32(c), ret)
-		return store(pending, uint32(p), ret)
+		if ret != nvml.SUCCESS {
+			return ret
+		}
+		*(*uint32)(current), *(*uint32)(pending) = uint32(c), uint32(p)
+		return nvml.SUCCESS
 	})
 }
 

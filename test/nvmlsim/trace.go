@@ -35,7 +35,7 @@ func (t *tracer) call(name string) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	fmt.Fprintf(t.w, "nvml %s\n", name)
+	_, _ = fmt.Fprintf(t.w, "nvml %s\n", name)
 }
 
 func (t *tracer) close() {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -55,7 +54,7 @@ func TestMain(m *testing.M) {
 func build(out string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return fmt.Errorf("building the simulated NVML library needs the go command in PATH: %w", err)
 	}
 	cmd := exec.Command(goBin, "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", out,
 		"github.com/gpudra/gpudra/test/nvmlsim/lib")

@@ -54,7 +54,7 @@ func TestRootFromLibraryPath(t *testing.T) {
 	if root := os.Getenv(childEnv); root != "" {
 		lib, err := nvmllib.New(nvmllib.Options{DriverRoot: root})
 		require.NoError(t, err)
-		defer lib.Shutdown()
+		defer func() { _ = lib.Shutdown() }()
 		dev, ret := lib.DeviceGetHandleByIndex(0)
 		ok(t, ret)
 		uuid, ret := dev.GetUUID()

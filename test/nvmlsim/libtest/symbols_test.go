@@ -19,7 +19,7 @@ func exported(t *testing.T) (strong, weak []string) {
 	t.Helper()
 	f, err := elf.Open(libPath)
 	require.NoError(t, err)
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	syms, err := f.DynamicSymbols()
 	require.NoError(t, err)
 	for _, s := range syms {
