@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,7 +39,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	libPath = filepath.Join(dir, "libnvidia-ml-sim.so")
-	if err := build(libPath); err != nil {
+	if err := nvmlsim.Build(context.Background(), libPath); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		_ = os.RemoveAll(dir)
 		os.Exit(1)
@@ -48,24 +47,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// build compiles the library as `make sim-nvml-lib` does.
-func build(out string) error {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return fmt.Errorf("building the simulated NVML library needs the go command in PATH: %w", err)
-	}
-	cmd := exec.Command(goBin, "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", out,
-		"github.com/gpudra/gpudra/test/nvmlsim/lib")
-	cmd.Env = os.Environ()
-	if os.Getenv("CGO_CFLAGS") == "" {
-		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -Wno-deprecated-declarations")
-	}
-	if o, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the simulated NVML library: %w\n%s", err, o)
-	}
-	return nil
 }
 
 // newRoot makes a fake driver root for profile (a built-in name, or a path
