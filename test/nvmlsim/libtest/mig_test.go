@@ -84,7 +84,7 @@ func TestDynamicMIG(t *testing.T) {
 
 	require.ErrorIs(t, viaLib.ReleaseForWholeGPU(gpu.UUID, geo), mig.ErrOccupied)
 	for _, inst := range created {
-		require.NoError(t, viaLib.Destroy(gpu.UUID, inst.GIID))
+		require.NoError(t, viaLib.Destroy(inst))
 	}
 	require.NoError(t, viaLib.ReleaseForWholeGPU(gpu.UUID, geo))
 	_, ret = lib.DeviceGetHandleByUUID(created[1].UUID)

@@ -52,7 +52,7 @@ func runChild(t *testing.T, test, root string) (string, error) {
 // (nvmllib.New with the root as --nvidia-driver-root).
 func TestRootFromLibraryPath(t *testing.T) {
 	if root := os.Getenv(childEnv); root != "" {
-		lib, err := nvmllib.New(nvmllib.Options{DriverRoot: root})
+		lib, err := nvmllib.New(root)
 		require.NoError(t, err)
 		defer func() { _ = lib.Shutdown() }()
 		dev, ret := lib.DeviceGetHandleByIndex(0)
@@ -81,7 +81,7 @@ func TestRootFromLibraryPath(t *testing.T) {
 // nvmlInit with DRIVER_NOT_LOADED and says why on stderr.
 func TestInitFailsWithoutConfig(t *testing.T) {
 	if root := os.Getenv(childEnv); root != "" {
-		_, err := nvmllib.New(nvmllib.Options{DriverRoot: root})
+		_, err := nvmllib.New(root)
 		var ie *nvmllib.InitError
 		require.True(t, errors.As(err, &ie), "%v", err)
 		require.Equal(t, nvml.ERROR_DRIVER_NOT_LOADED, ie.Return)
