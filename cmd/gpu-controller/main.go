@@ -18,7 +18,7 @@ func newCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gpu-controller",
 		Short: "Admission webhook and DeviceClass manager for the gpudra DRA driver",
-		Long: "gpu-controller validates the GpuClaimParameters of ResourceClaims and ResourceClaimTemplates " +
+		Long: "gpu-controller validates the GpuClaimParameters of ResourceClaims, ResourceClaimTemplates and DeviceClasses " +
 			"(every replica) and keeps gpudra's DeviceClasses (the elected leader).",
 		Args: cobra.NoArgs,
 	}

@@ -44,11 +44,19 @@ func TestRecommendedWebhookConfiguration(t *testing.T) {
 	require.NotNil(t, wh.ClientConfig.Service)
 	assert.Equal(t, ptr.To(Path), wh.ClientConfig.Service.Path)
 
-	require.Len(t, wh.Rules, 1)
-	rule := wh.Rules[0]
-	assert.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, rule.Operations,
+	require.Len(t, wh.Rules, 2)
+	claims, classes := wh.Rules[0], wh.Rules[1]
+	assert.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, claims.Operations,
 		"device specs are immutable; checking updates could only block finalizer removal")
-	assert.Equal(t, []string{resourceGroup}, rule.APIGroups)
-	assert.ElementsMatch(t, SupportedVersions, rule.APIVersions)
-	assert.ElementsMatch(t, []string{"resourceclaims", "resourceclaimtemplates"}, rule.Resources)
+	assert.Equal(t, []string{resourceGroup}, claims.APIGroups)
+	assert.ElementsMatch(t, SupportedVersions, claims.APIVersions)
+	assert.ElementsMatch(t, []string{"resourceclaims", "resourceclaimtemplates"}, claims.Resources)
+	assert.Equal(t, ptr.To(admissionregistrationv1.NamespacedScope), claims.Scope)
+
+	assert.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		classes.Operations, "a DeviceClass's config can be edited after creation")
+	assert.Equal(t, []string{resourceGroup}, classes.APIGroups)
+	assert.ElementsMatch(t, SupportedVersions, classes.APIVersions)
+	assert.Equal(t, []string{"deviceclasses"}, classes.Resources)
+	assert.Equal(t, ptr.To(admissionregistrationv1.ClusterScope), classes.Scope)
 }

@@ -1,12 +1,15 @@
 // Package webhook is gpudra's validating admission webhook. It checks the
-// opaque device configuration of ResourceClaims and ResourceClaimTemplates
-// (resource.k8s.io v1, v1beta2 and v1beta1): every
-// spec.devices.config[].opaque entry whose driver is gpu.gpudra.io must
-// decode as a valid GpuClaimParameters (see v1alpha1.Decode), so that a typo
-// is reported when the object is created instead of when a pod using it is
-// stuck in ContainerCreating. Everything else is allowed: configs of other
-// drivers, objects without configs, deletions, and whatever the API server
-// validates itself (for example configs naming requests the claim lacks).
+// opaque device configuration of ResourceClaims, ResourceClaimTemplates and
+// DeviceClasses (resource.k8s.io v1, v1beta2 and v1beta1): every
+// spec.devices.config[].opaque entry (spec.config[].opaque in a DeviceClass)
+// whose driver is gpu.gpudra.io must decode as a valid GpuClaimParameters
+// (see v1alpha1.Decode), so that a typo is reported when the object is
+// created instead of when a pod using it is stuck in ContainerCreating. For a
+// DeviceClass this matters most: its configuration is copied into every
+// claim allocated from the class, so a bad one fails all of them. Everything
+// else is allowed: configs of other drivers, objects without configs,
+// deletions, and whatever the API server validates itself (for example
+// configs naming requests the claim lacks).
 //
 // # Failure policy
 //
@@ -21,13 +24,16 @@
 //     (they are then rejected at prepare time);
 //   - timeoutSeconds: 5, well below the API server's 30s request budget;
 //   - a namespaceSelector that excludes kube-system, so system components
-//     never wait for it;
-//   - operations: [CREATE] only. The device spec of claims and templates is
-//     immutable, so nothing is gained by checking updates, and denying an
+//     never wait for it (DeviceClasses are cluster-scoped: the API server
+//     never skips a webhook for them by namespace);
+//   - operations: [CREATE] only for claims and templates. Their device spec
+//     is immutable, so nothing is gained by checking updates, and denying an
 //     update of an object created while the webhook was away would block the
-//     removal of its finalizers. The handler allows updates that leave the
-//     configs unchanged for the same reason, should a configuration list
-//     UPDATE anyway;
+//     removal of its finalizers;
+//   - operations: [CREATE, UPDATE] for DeviceClasses, whose spec can be
+//     edited. For every kind the handler allows updates that leave the
+//     configs unchanged, so an object that predates the webhook can still
+//     have its metadata changed;
 //   - sideEffects: None and matchPolicy: Equivalent.
 //
 // The caBundle is filled in by the gpu-controller in its self-managed

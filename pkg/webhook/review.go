@@ -18,12 +18,14 @@ const resourceGroup = "resource.k8s.io"
 const (
 	KindResourceClaim         = "ResourceClaim"
 	KindResourceClaimTemplate = "ResourceClaimTemplate"
+	KindDeviceClass           = "DeviceClass"
 )
 
-// SupportedVersions are the resource.k8s.io versions whose claims and
-// templates the webhook understands. In all of them a claim's device spec
-// has requests[].name and config[]{requests, opaque{driver, parameters}}.
-// Objects of other versions are allowed unchecked.
+// SupportedVersions are the resource.k8s.io versions whose claims, templates
+// and classes the webhook understands. In all of them a claim's device spec
+// has config[]{requests, opaque{driver, parameters}} and a class has
+// spec.config[]{opaque{driver, parameters}}. Objects of other versions are
+// allowed unchecked.
 var SupportedVersions = []string{"v1", "v1beta2", "v1beta1"}
 
 // objectMeta is the part of the metadata that names the object.
@@ -62,11 +64,22 @@ type templateObject struct {
 	} `json:"spec"`
 }
 
+// classObject reads a DeviceClass of any supported version. Its configs
+// have no requests: they apply to every request that uses the class.
+type classObject struct {
+	Metadata objectMeta `json:"metadata"`
+	Spec     struct {
+		Config []deviceConfig `json:"config"`
+	} `json:"spec"`
+}
+
 // checked is what the webhook needs from an object under review.
 type checked struct {
 	name       string
 	configPath string
 	configs    []deviceConfig
+	// class: the configs are a DeviceClass's, which name no requests.
+	class bool
 }
 
 // review returns the reason to deny req, or "" to allow it. An error means
@@ -78,7 +91,7 @@ func review(req *admissionv1.AdmissionRequest) (string, error) {
 	if req.SubResource != "" || req.Kind.Group != resourceGroup || !slices.Contains(SupportedVersions, req.Kind.Version) {
 		return "", nil
 	}
-	if req.Kind.Kind != KindResourceClaim && req.Kind.Kind != KindResourceClaimTemplate {
+	if !slices.Contains([]string{KindResourceClaim, KindResourceClaimTemplate, KindDeviceClass}, req.Kind.Kind) {
 		return "", nil
 	}
 	obj, err := readObject(req.Kind.Kind, req.Object.Raw)
@@ -100,7 +113,11 @@ func review(req *admissionv1.AdmissionRequest) (string, error) {
 			continue
 		}
 		if _, err := v1alpha1.Decode(c.Opaque.Parameters); err != nil {
-			problems = append(problems, fmt.Sprintf("%s[%d] (%s): %v", obj.configPath, i, describeRequests(c.Requests), err))
+			applies := describeRequests(c.Requests)
+			if obj.class {
+				applies = "every request for this class"
+			}
+			problems = append(problems, fmt.Sprintf("%s[%d] (%s): %v", obj.configPath, i, applies, err))
 		}
 	}
 	if len(problems) == 0 {
@@ -120,6 +137,12 @@ func readObject(kind string, raw []byte) (*checked, error) {
 			return nil, err
 		}
 		return &checked{name: nameOf(o.Metadata), configPath: "spec.devices.config", configs: o.Spec.Devices.Config}, nil
+	case KindDeviceClass:
+		var o classObject
+		if err := json.Unmarshal(raw, &o); err != nil {
+			return nil, err
+		}
+		return &checked{name: nameOf(o.Metadata), configPath: "spec.config", configs: o.Spec.Config, class: true}, nil
 	default:
 		var o templateObject
 		if err := json.Unmarshal(raw, &o); err != nil {

@@ -37,8 +37,9 @@ const (
 )
 
 // DecisionsMetric is the name of the counter of admission decisions, with
-// labels kind (ResourceClaim, ResourceClaimTemplate, or the kind of any other
-// object the webhook is sent) and decision (allowed, denied, error).
+// labels kind (ResourceClaim, ResourceClaimTemplate, DeviceClass, or the kind
+// of any other object the webhook is sent) and decision (allowed, denied,
+// error).
 const DecisionsMetric = "gpudra_webhook_admission_decisions_total"
 
 var codecs = func() serializer.CodecFactory {
@@ -48,7 +49,7 @@ var codecs = func() serializer.CodecFactory {
 }()
 
 // Handler is an http.Handler for admission.k8s.io/v1 AdmissionReview
-// requests about ResourceClaims and ResourceClaimTemplates.
+// requests about ResourceClaims, ResourceClaimTemplates and DeviceClasses.
 type Handler struct {
 	decisions *prometheus.CounterVec
 }

@@ -70,12 +70,17 @@ func object(kind, version, name string, cfgs ...cfg) []byte {
 }
 
 func request(kind, version string, op admissionv1.Operation, obj, old []byte) *admissionv1.AdmissionRequest {
-	resource := map[string]string{KindResourceClaim: "resourceclaims", KindResourceClaimTemplate: "resourceclaimtemplates"}[kind]
+	resource := map[string]string{KindResourceClaim: "resourceclaims", KindResourceClaimTemplate: "resourceclaimtemplates",
+		KindDeviceClass: "deviceclasses"}[kind]
+	namespace := "default"
+	if kind == KindDeviceClass {
+		namespace = "" // cluster-scoped
+	}
 	return &admissionv1.AdmissionRequest{
 		UID:       types.UID("uid-" + kind + "-" + version),
 		Kind:      metav1.GroupVersionKind{Group: resourceGroup, Version: version, Kind: kind},
 		Resource:  metav1.GroupVersionResource{Group: resourceGroup, Version: version, Resource: resource},
-		Namespace: "default", Name: "bad", Operation: op,
+		Namespace: namespace, Name: "bad", Operation: op,
 		Object: runtime.RawExtension{Raw: obj}, OldObject: runtime.RawExtension{Raw: old},
 	}
 }
@@ -173,8 +178,8 @@ func TestReviewEdgeCases(t *testing.T) {
 			return r
 		}()},
 		{name: "other kind", allowed: true, req: func() *admissionv1.AdmissionRequest {
-			r := request(KindResourceClaim, "v1", admissionv1.Create, []byte(`{"kind":"DeviceClass"}`), nil)
-			r.Kind.Kind = "DeviceClass"
+			r := request(KindResourceClaim, "v1", admissionv1.Create, []byte(`{"kind":"ResourceSlice"}`), nil)
+			r.Kind.Kind = "ResourceSlice"
 			return r
 		}()},
 		{name: "generateName", wantMsg: "ResourceClaim default/pod-gpu-<generated>: spec.devices.config[0] (requests: gpu): " + badMsg,
@@ -257,6 +262,7 @@ func TestDecisionMetrics(t *testing.T) {
 	post(t, h, "application/json", reviewBody(t, request(KindResourceClaim, "v1", admissionv1.Create, object(KindResourceClaim, "v1", "a", bad), nil)))
 	post(t, h, "application/json", reviewBody(t, request(KindResourceClaim, "v1", admissionv1.Create, object(KindResourceClaim, "v1", "b"), nil)))
 	post(t, h, "application/json", reviewBody(t, request(KindResourceClaimTemplate, "v1", admissionv1.Create, object(KindResourceClaimTemplate, "v1", "c"), nil)))
+	post(t, h, "application/json", reviewBody(t, request(KindDeviceClass, "v1", admissionv1.Create, class("v1", "d", bad), nil)))
 	post(t, h, "application/json", []byte("garbage"))
 
 	families, err := reg.Gather()
@@ -278,6 +284,7 @@ func TestDecisionMetrics(t *testing.T) {
 		"ResourceClaim/denied":          1,
 		"ResourceClaim/allowed":         1,
 		"ResourceClaimTemplate/allowed": 1,
+		"DeviceClass/denied":            1,
 		"unknown/error":                 1,
 	}, got)
 }

@@ -75,6 +75,7 @@ func TestController(t *testing.T) {
 	waitWebhookEffective(t, ns)
 
 	t.Run("webhook", func(t *testing.T) { testWebhook(t, ns) })
+	t.Run("webhook for DeviceClasses", testDeviceClassWebhook)
 	t.Run("per-model classes", func(t *testing.T) { testModelClasses(t, ns) })
 	t.Run("class follows node", func(t *testing.T) { testClassFollowsNode(t, ns) })
 	t.Run("extended resource", func(t *testing.T) { testExtendedResource(t, ns) })
@@ -285,7 +286,7 @@ func testMetrics(t *testing.T, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []string{"ResourceClaim", "ResourceClaimTemplate"} {
+	for _, kind := range []string{"ResourceClaim", "ResourceClaimTemplate", "DeviceClass"} {
 		m := regexp.MustCompile(`(?m)^gpudra_webhook_admission_decisions_total\{decision="denied",kind="` + kind + `"\} (\S+)$`).FindSubmatch(body)
 		if m == nil {
 			t.Errorf("no denied %s decisions in %s:\n%s", kind, url, body)

@@ -43,8 +43,8 @@ func TestHelmPluginAdmissionPolicy(t *testing.T) {
 			}
 		}
 	}
-	if len(objs) != 5 {
-		t.Fatalf("found %d plugin RBAC and policy objects, want 5", len(objs))
+	if len(objs) != 7 {
+		t.Fatalf("found %d plugin RBAC and policy objects, want 7 (ServiceAccount, ClusterRole and binding, two policies and bindings)", len(objs))
 	}
 	path := writeList(t, objs)
 	if out, err := kubectl("apply", "-f", path); err != nil {
@@ -53,6 +53,8 @@ func TestHelmPluginAdmissionPolicy(t *testing.T) {
 	t.Cleanup(func() { _, _ = kubectl("delete", "--ignore-not-found", "--wait=false", "-f", path) })
 	policyName := release + "-gpudra-kubelet-plugin-resourceslices"
 	waitPolicyTypeChecked(t, policyName)
+	claimPolicy := release + "-gpudra-kubelet-plugin-claimstatus"
+	waitPolicyTypeChecked(t, claimPolicy)
 
 	slice := someSlice(t)
 	node := *slice.Spec.NodeName
@@ -91,6 +93,8 @@ func TestHelmPluginAdmissionPolicy(t *testing.T) {
 			t.Errorf("%s: want a denial by %s, got %v", tc.name, policyName, tc.err)
 		}
 	}
+
+	t.Run("claim status", func(t *testing.T) { testClaimStatusPolicy(t, ns, user, claimPolicy) })
 
 	// RBAC: what the plugin may do, and a sample of what it may not.
 	for _, tc := range []struct {
