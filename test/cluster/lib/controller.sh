@@ -82,7 +82,8 @@ controller_rbac() {
 
 # controller_webhook_config prints the ValidatingWebhookConfiguration: the
 # settings of pkg/webhook/testdata/validatingwebhookconfiguration.yaml
-# (failurePolicy Ignore, 5s, CREATE only, kube-system excluded), reached by
+# (failurePolicy Ignore, 5s, claims and templates on CREATE, DeviceClasses on
+# CREATE and UPDATE, kube-system excluded for the namespaced ones), reached by
 # URL on the host instead of through a Service, without a caBundle (the
 # controller sets it). With GPUDRA_CONTROLLER_WEBHOOK_NAMESPACE_LABEL set,
 # only namespaces carrying that label key are checked.
@@ -114,6 +115,11 @@ controller_webhook_config() {
 		    operations: [CREATE]
 		    resources: [resourceclaims, resourceclaimtemplates]
 		    scope: Namespaced
+		  - apiGroups: [resource.k8s.io]
+		    apiVersions: [v1]
+		    operations: [CREATE, UPDATE]
+		    resources: [deviceclasses]
+		    scope: Cluster
 		  clientConfig:
 		    url: https://127.0.0.1:$CONTROLLER_WEBHOOK_PORT/validate-resource-claim-parameters
 	EOF
