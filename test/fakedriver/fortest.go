@@ -1,6 +1,7 @@
 package fakedriver
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gpudra/gpudra/test/nvmlsim"
 )
 
 // LibraryEnv names a built simulated libnvidia-ml to use instead of building
@@ -21,11 +24,8 @@ const LibraryEnv = "GPUDRA_SIM_NVML_LIBRARY"
 // select each with it.
 const RootEnv = "GPUDRA_SIM_NVML_ROOT"
 
-// Packages of the simulated library and the fake tools, in this module.
-const (
-	libraryPackage = "./test/nvmlsim/lib"
-	libraryFile    = "libnvidia-ml-sim.so"
-)
+// libraryFile is the simulated library's file name in Build's directory.
+const libraryFile = "libnvidia-ml-sim.so"
 
 var (
 	buildOnce sync.Once
@@ -66,10 +66,15 @@ func build() (string, error) {
 	builds := map[string][]string{
 		FakeNvidiaSMI:  {"build", "-o", FakeNvidiaSMI + tmp, "./test/cmd/" + FakeNvidiaSMI},
 		FakeMPSControl: {"build", "-o", FakeMPSControl + tmp, "./test/cmd/" + FakeMPSControl},
-		libraryFile:    {"build", "-o", libraryFile + tmp, "-buildmode=c-shared", "-trimpath", libraryPackage},
 	}
-	if os.Getenv(LibraryEnv) != "" {
-		delete(builds, libraryFile)
+	if os.Getenv(LibraryEnv) == "" {
+		lib := filepath.Join(dir, libraryFile)
+		if err := nvmlsim.Build(context.Background(), lib+tmp); err != nil {
+			return "", err
+		}
+		if err := os.Rename(lib+tmp, lib); err != nil {
+			return "", err
+		}
 	}
 	for name, args := range builds {
 		args[2] = filepath.Join(dir, args[2]) // the output of "-o"
