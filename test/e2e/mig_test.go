@@ -64,10 +64,13 @@ func simState(node string) string {
 // exist on the node.
 func migDevicesInNVML(t *testing.T, node string) map[string]string {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(repoRoot, "_output", "bin", "gpu-kubelet-plugin"), "inspect",
-		"--nvidia-driver-root", driverRoot(node), "--node-name", node, "-o", "json").Output()
+	cmd := exec.Command(filepath.Join(repoRoot, "_output", "bin", "gpu-kubelet-plugin"), "inspect",
+		"--nvidia-driver-root", driverRoot(node), "--node-name", node, "-o", "json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("inspect: %v", err)
+		t.Fatalf("inspect: %v\n%s", err, stderr.String())
 	}
 	var ins struct {
 		Node struct {

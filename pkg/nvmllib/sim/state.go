@@ -71,11 +71,19 @@ func ReadState(path string) (*State, error) {
 func (s *Server) PersistTo(path string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.loadLocked(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	err := s.loadLocked(path)
+	s.stateFile = path
+	switch {
+	case err == nil:
+		// Nothing changed: writing would only race with the other
+		// processes that simulate the same GPUs (a plugin and inspect).
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return s.saveLocked()
+	default:
+		s.stateFile = ""
 		return err
 	}
-	s.stateFile = path
-	return s.saveLocked()
 }
 
 // RestoreFrom takes the MIG state from path without ever writing it: a
