@@ -58,8 +58,9 @@ var parentOfMIG = regexp.MustCompile(`^(gpu-\d+)-mig-`)
 // TestHealthWithDynamicMIGAndMPS runs an MPS pod on a dynamically created
 // MIG device with health monitoring on (the default), breaks the parent GPU
 // (XID 79) and checks that the MIG device inherits the NoExecute taint, the
-// pod sees it Unhealthy and is evicted, and that the eviction's unprepare
-// destroys the MIG device and stops the claim's MPS daemon.
+// pod sees it Unhealthy and is evicted, that the eviction's unprepare
+// releases the claim and stops its MPS daemon although the GPU is lost, and
+// that the GPU's reset removes the MIG device.
 func TestHealthWithDynamicMIGAndMPS(t *testing.T) {
 	ns := namespace(t)
 	t.Cleanup(func() { clearFaults(t, migNode) })
@@ -103,10 +104,16 @@ func TestHealthWithDynamicMIGAndMPS(t *testing.T) {
 	}); err != nil {
 		t.Fatal("the pod on the broken GPU's MIG device was not evicted")
 	}
-	waitMIG(t, "evicted pod's MIG device destroyed", func(d map[string]string) bool { return d[migUUID] == "" })
+	// The claim is unprepared although its GPU is lost: record and MPS
+	// daemon go. Its MIG device cannot be destroyed through NVML while the
+	// GPU has fallen off the bus (every query fails, as on a real GPU), and
+	// the node's NVML view fails for that GPU; a GPU reset removes it.
+	fileGone(t, filepath.Join(checkpointDir(migNode), string(claim.UID)+".json"))
 	if err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return len(mpsDaemons(t, pipe)) == 0, nil
 	}); err != nil {
 		t.Fatalf("MPS daemons %v still run after the claim was unprepared", mpsDaemons(t, pipe))
 	}
+	clearFaults(t, migNode)
+	waitMIG(t, "the evicted pod's MIG device after the GPU reset", func(d map[string]string) bool { return d[migUUID] == "" })
 }

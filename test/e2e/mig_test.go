@@ -70,7 +70,7 @@ func migDevicesInNVML(t *testing.T, node string) map[string]string {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("inspect: %v\n%s", err, stderr.String())
+		t.Fatalf("inspect: %v\n%s%s", err, out, stderr.String())
 	}
 	var ins struct {
 		Node struct {

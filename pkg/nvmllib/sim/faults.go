@@ -335,12 +335,26 @@ func (s *Server) SetLost(gpuUUID string, lost bool) error {
 
 // Reset simulates a GPU reset: the GPU answers again, no recovery action is
 // pending and the volatile ECC counters start from zero. Aggregate counters
-// persist, as on real GPUs.
+// persist, as on real GPUs, and so does the MIG mode, but its GPU and
+// compute instances are gone: they do not survive a GPU reset.
 func (s *Server) Reset(gpuUUID string) error {
 	d, err := s.gpuByUUID(gpuUUID)
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	if len(d.gis) > 0 {
+		for id, gi := range d.gis {
+			for cid, ci := range gi.cis {
+				ci.destroyed = true
+				delete(gi.cis, cid)
+			}
+			gi.destroyed = true
+			delete(d.gis, id)
+		}
+		s.persistLocked()
+	}
+	s.mu.Unlock()
 	s.faults.mu.Lock()
 	defer s.faults.mu.Unlock()
 	g := s.faults.gpus[d]

@@ -325,3 +325,36 @@ func TestA100TablesMatchGoNVML(t *testing.T) {
 		assert.Equal(t, dgxa100.MIGPlacements.GpuInstancePossiblePlacements[idx], placements, p.Name)
 	}
 }
+
+// A GPU reset keeps the MIG mode but destroys the GPU's GPU and compute
+// instances, as on real GPUs; other GPUs keep theirs.
+func TestResetDestroysMIGInstances(t *testing.T) {
+	s := newServer(t, "dgx-h100", "n1")
+	var gis []nvml.GpuInstance
+	for i := 0; i < 2; i++ {
+		d := migGPU(t, s, i)
+		gi, ret := d.CreateGpuInstance(ptr(giProfile(t, d, nvml.GPU_INSTANCE_PROFILE_1_SLICE)))
+		require.Equal(t, nvml.SUCCESS, ret)
+		_, ret = gi.CreateComputeInstance(ptr(ciProfileInfo(t, gi, nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE)))
+		require.Equal(t, nvml.SUCCESS, ret)
+		gis = append(gis, gi)
+	}
+	d0, _ := s.DeviceGetHandleByIndex(0)
+	uuid, _ := d0.GetUUID()
+	require.NoError(t, s.Reset(uuid))
+
+	mode, _, ret := d0.GetMigMode()
+	require.Equal(t, nvml.SUCCESS, ret)
+	require.Equal(t, nvml.DEVICE_MIG_ENABLE, mode, "MIG mode survives a reset")
+	n, _ := d0.GetMaxMigDeviceCount()
+	for i := 0; i < n; i++ {
+		_, ret := d0.GetMigDeviceHandleByIndex(i)
+		require.NotEqual(t, nvml.SUCCESS, ret, "no MIG device left on the reset GPU")
+	}
+	_, ret = gis[0].GetInfo()
+	require.Equal(t, nvml.ERROR_INVALID_ARGUMENT, ret, "the GPU instance is gone")
+	_, ret = gis[1].GetInfo()
+	require.Equal(t, nvml.SUCCESS, ret, "the other GPU keeps its instance")
+}
+
+func ptr[T any](v T) *T { return &v }
