@@ -255,10 +255,11 @@ func (s *Server) InjectXID(gpuUUID string, xid uint64) error {
 		g.dbeVolatile++
 		g.dbeAggregate++
 	}
-	b.emitLocked(d, nvml.EventTypeXidCriticalError, xid)
 	if xid == 79 {
+		// Lost before the event is out: whoever reacts to it finds the GPU gone.
 		d.lost.Store(true)
 	}
+	b.emitLocked(d, nvml.EventTypeXidCriticalError, xid)
 	return nil
 }
 
