@@ -54,8 +54,10 @@ func (f *fixture) events(t *testing.T, inject func()) {
 	done := make(chan struct{})
 	changes, stop := f.mon.Subscribe()
 	defer stop()
+	before := registrations(f.gpus)
 	go func() { defer close(done); f.mon.watchEvents(ctx) }()
-	time.Sleep(50 * time.Millisecond) // registered
+	require.Eventually(t, func() bool { return registrations(f.gpus) == before+len(f.gpus) }, 10*time.Second, time.Millisecond,
+		"the event loop registers every GPU")
 	inject()
 	select {
 	case <-changes:
@@ -63,6 +65,22 @@ func (f *fixture) events(t *testing.T, inject func()) {
 	}
 	cancel()
 	<-done
+}
+
+// registrations counts the RegisterEvents calls the simulated GPUs got
+// (the go-nvml mocks record their calls).
+func registrations(gpus []GPU) int {
+	type recorder interface {
+		RegisterEventsCalls() []struct {
+			V        uint64
+			EventSet nvml.EventSet
+		}
+	}
+	n := 0
+	for _, g := range gpus {
+		n += len(g.Device.(recorder).RegisterEventsCalls())
+	}
+	return n
 }
 
 func TestMonitorFaults(t *testing.T) {
@@ -218,9 +236,10 @@ func TestMonitorGPUWithoutHandle(t *testing.T) {
 	done := make(chan struct{})
 	evCtx, cancel := context.WithCancel(ctx)
 	go func() { defer close(done); mon.watchEvents(evCtx) }()
-	time.Sleep(50 * time.Millisecond)
-	require.NoError(t, f.srv.InjectXID(gpus[1].UUID, 95))
-	require.Eventually(t, func() bool { return mon.Snapshot().Health(gpus[1].UUID) == Unhealthy }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { // injected until the loop has registered and sees it
+		require.NoError(t, f.srv.InjectXID(gpus[1].UUID, 95))
+		return mon.Snapshot().Health(gpus[1].UUID) == Unhealthy
+	}, 10*time.Second, 20*time.Millisecond)
 	cancel()
 	<-done
 
