@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -20,7 +21,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
+	"github.com/gpudra/gpudra/pkg/discovery"
+	"github.com/gpudra/gpudra/pkg/health"
 	"github.com/gpudra/gpudra/pkg/inventory"
+	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
@@ -220,4 +224,30 @@ func TestInspectLostGPU(t *testing.T) {
 	require.Equal(t, 3, ins.Node.Unavailable[0].Index)
 	require.Equal(t, "gpu-is-lost", ins.Node.Unavailable[0].Reason)
 	require.NoFileExists(t, filepath.Join(o.PluginDataDir(), inventory.FileName))
+}
+
+// A GPU that NVML gives no handle of when the health monitor is set up (lost
+// since discovery) is monitored as lost: never fatal.
+func TestHealthServiceGPUWithoutHandle(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	p, err := sim.Load("dgx-h100", nil)
+	require.NoError(t, err)
+	srv := sim.NewServer(p, "node-a")
+	require.Equal(t, nvml.SUCCESS, srv.Init())
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	node, err := discovery.Discover(ctx, srv, discovery.Options{})
+	require.NoError(t, err)
+	require.NoError(t, srv.InjectXID(node.GPUs[3].UUID, 79))
+
+	o := &Options{Health: HealthOptions{Enabled: true, ProbeInterval: time.Hour, DegradedHold: time.Minute}}
+	hs, err := newHealthService(ctx, o, &GPUNode{Lib: srv, Node: node}, &publisher{})
+	require.NoError(t, err, "a lost GPU must not stop the plugin")
+	snap := hs.mon.Snapshot()
+	require.Equal(t, health.Unhealthy, snap.Health(node.GPUs[3].UUID))
+	require.Equal(t, "NVML cannot reach the GPU (gpu-is-lost)", snap.Message(node.GPUs[3].UUID))
+	require.Equal(t, health.Healthy, snap.Health(node.GPUs[2].UUID))
+
+	require.NoError(t, srv.Reset(node.GPUs[3].UUID))
+	hs.mon.ProbeAll(ctx)
+	require.Equal(t, health.Healthy, hs.mon.Snapshot().Health(node.GPUs[3].UUID), "found again once it answers")
 }
