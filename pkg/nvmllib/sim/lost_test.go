@@ -80,3 +80,25 @@ func TestLostGPUAnswersNothing(t *testing.T) {
 	require.Equal(t, nvml.SUCCESS, ret)
 	assert.Same(t, d, h, "the same handle answers again")
 }
+
+// A lost GPU and its MIG devices still have a key (for the events that
+// name them), without answering any call.
+func TestKeyOfLostGPU(t *testing.T) {
+	p, err := Parse([]byte(header + "gpus: [{model: h200-sxm-141gb, count: 2, devices: [{}, {migEnabled: true, migDevices: [3g.71gb]}]}]\n"))
+	require.NoError(t, err)
+	s := NewServer(p, "n1")
+	require.Equal(t, nvml.SUCCESS, s.Init())
+	d, _ := s.DeviceGetHandleByIndex(1)
+	m, ret := d.GetMigDeviceHandleByIndex(0)
+	require.Equal(t, nvml.SUCCESS, ret)
+	id, _ := d.GetUUID()
+	require.NoError(t, s.SetLost(id, true))
+	k, ok := KeyOf(d)
+	assert.True(t, ok)
+	assert.Equal(t, DeviceKey{GPU: 1}, k)
+	k, ok = KeyOf(m)
+	assert.True(t, ok)
+	assert.Equal(t, DeviceKey{GPU: 1, MIG: true, GPUInstance: 2, ComputeInstance: 0}, k)
+	_, ok = KeyOf(nil)
+	assert.False(t, ok)
+}
