@@ -46,14 +46,9 @@ type lostFixture struct {
 	client *fake.Clientset
 }
 
-// newLostFixture: root, when set, is a fake driver root to reuse (its
-// fault file is emptied); else the fixture gets its own.
-func newLostFixture(t *testing.T, healthOn bool, root string) *lostFixture {
+func newLostFixture(t *testing.T, healthOn bool) *lostFixture {
 	_, ctx := ktesting.NewTestContext(t)
 	o := testOptions(t)
-	if root != "" {
-		o.NvidiaDriverRoot = root
-	}
 	o.Health = HealthOptions{Enabled: healthOn, ProbeInterval: 50 * time.Millisecond, DegradedHold: time.Minute}
 	require.NoError(t, os.MkdirAll(o.KubeletRegistrarDir, 0o750))
 	f := &lostFixture{t: t, ctx: ctx, o: o,
@@ -67,7 +62,6 @@ func newLostFixture(t *testing.T, healthOn bool, root string) *lostFixture {
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	f.fault("")
 	return f
 }
 
@@ -80,8 +74,13 @@ func (f *lostFixture) start() (stop func()) {
 	stop = func() {
 		if !once {
 			once = true
-			p.Stop()
+			// Plugin.Stop shuts NVML down without waiting for the health
+			// monitor: end it first, and give a running probe time to finish.
 			cancel(nil)
+			if f.o.Health.Enabled {
+				time.Sleep(4 * f.o.Health.ProbeInterval)
+			}
+			p.Stop()
 		}
 	}
 	f.t.Cleanup(stop)
@@ -140,16 +139,15 @@ func lostTaint(d resourceapi.Device) bool {
 // other GPUs untainted, prepare claims on those, unprepare the evicted
 // claim; with monitoring on, the taint goes once gpu-3 answers again.
 func TestLostGPUAfterRestart(t *testing.T) {
-	// One driver root for both: the simulated library, once loaded, finds
-	// its configuration from the root it was loaded from.
-	root := fakedriver.ForTest(t, "dgx-h100", "node-a")
 	for _, healthOn := range []bool{true, false} {
 		t.Run(map[bool]string{true: "health monitoring", false: "no health monitoring"}[healthOn], func(t *testing.T) {
-			f := newLostFixture(t, healthOn, root)
+			f := newLostFixture(t, healthOn)
+			f.o.Health.Enabled = false // the first run only records the GPUs and prepares c3
 			stop := f.start()
 			first := f.devices("first start publishes 8 GPUs", func(m map[string]resourceapi.Device) bool { return len(m) == 8 })
 			require.Empty(t, f.prepare("c3"), "a pod runs on gpu-3")
 			stop()
+			f.o.Health.Enabled = healthOn
 
 			f.fault("gpu-3 xid 79\n")
 			f.start()
@@ -184,7 +182,7 @@ func TestLostGPUAfterRestart(t *testing.T) {
 // A GPU that fails every query on a node the plugin never saw (fresh data
 // directory) is withheld: the plugin starts and publishes the others.
 func TestLostGPUNeverSeen(t *testing.T) {
-	f := newLostFixture(t, true, "")
+	f := newLostFixture(t, true)
 	f.fault("gpu-3 lost\n")
 	f.start()
 	got := f.devices("the 7 GPUs that answer", func(m map[string]resourceapi.Device) bool { return len(m) == 7 })
@@ -223,7 +221,7 @@ func (f *lostFixture) event(reason, note string) {
 // inspect lists a GPU that does not answer and writes nothing.
 func TestInspectLostGPU(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f := newLostFixture(t, false, "")
+	f := newLostFixture(t, false)
 	f.fault("gpu-3 xid 79\n")
 	o := f.o
 	ins, err := Inspect(ctx, o)
