@@ -64,18 +64,27 @@ func charDevice(path string, major, minor int64) *cdispec.DeviceNode {
 type CachedEdits struct {
 	common  *cdispec.ContainerEdits
 	devices map[string]*cdispec.ContainerEdits // by GPU UUID
+	// unreachable GPUs did not answer NVML at start, by UUID.
+	unreachable map[string]bool
 }
 
 // NewCachedEdits asks the provider for the common edits and the edits of each
 // GPU of the node. A GPU the provider cannot describe fails start-up: the
-// plugin would otherwise hand out GPUs that containers cannot open.
+// plugin would otherwise hand out GPUs that containers cannot open. A GPU
+// published from its last known identity (model.GPU.Unreachable) is not
+// asked about: NVML cannot describe it, and it cannot be prepared.
 func NewCachedEdits(p EditsProvider, gpus []model.GPU) (*CachedEdits, error) {
 	common, err := p.Common()
 	if err != nil {
 		return nil, fmt.Errorf("compute CDI edits common to all GPUs: %w", err)
 	}
-	c := &CachedEdits{common: common, devices: make(map[string]*cdispec.ContainerEdits, len(gpus))}
+	c := &CachedEdits{common: common, devices: make(map[string]*cdispec.ContainerEdits, len(gpus)),
+		unreachable: map[string]bool{}}
 	for i := range gpus {
+		if gpus[i].Unreachable != "" {
+			c.unreachable[gpus[i].UUID] = true
+			continue
+		}
 		e, err := p.Device(&gpus[i])
 		if err != nil {
 			return nil, fmt.Errorf("compute CDI edits of GPU %s (%s): %w", gpus[i].DeviceName(), gpus[i].UUID, err)
@@ -91,6 +100,10 @@ func (c *CachedEdits) Common() (*cdispec.ContainerEdits, error) { return c.commo
 // Device implements EditsProvider.
 func (c *CachedEdits) Device(gpu *model.GPU) (*cdispec.ContainerEdits, error) {
 	e, ok := c.devices[gpu.UUID]
+	if !ok && c.unreachable[gpu.UUID] {
+		return nil, fmt.Errorf("GPU %s (%s) did not answer NVML when the plugin started (it is published from its last known identity, "+
+			"tainted gpu.gpudra.io/lost); it cannot be prepared until it is repaired and the plugin restarted", gpu.DeviceName(), gpu.UUID)
+	}
 	if !ok {
 		return nil, fmt.Errorf("no CDI edits known for GPU %s (%s): it was not present when the plugin started", gpu.DeviceName(), gpu.UUID)
 	}

@@ -1,6 +1,7 @@
 package cdi
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/stretchr/testify/require"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/pkg/model"
 )
@@ -169,4 +171,24 @@ func TestCachedEditsUnknownGPU(t *testing.T) {
 		paths = append(paths, n.Path)
 	}
 	require.True(t, slices.Contains(paths, "/dev/nvidiactl"))
+}
+
+// failingEdits fails for every GPU, as nvcdi does for a GPU NVML cannot reach.
+type failingEdits struct{ SimulatedEdits }
+
+func (failingEdits) Device(*model.GPU) (*cdispec.ContainerEdits, error) {
+	return nil, errors.New("nvcdi: GPU is lost")
+}
+
+// A GPU published from its last known identity is not asked about; asking
+// for its edits later says why it cannot be prepared.
+func TestCachedEditsUnreachableGPU(t *testing.T) {
+	lost := slices.Clone(gpus)
+	lost[1].Unreachable = "gpu-is-lost"
+	_, err := NewCachedEdits(failingEdits{}, lost)
+	require.ErrorContains(t, err, "GPU is lost", "a GPU that answered must be described")
+	edits, err := NewCachedEdits(failingEdits{}, lost[1:])
+	require.NoError(t, err)
+	_, err = edits.Device(&lost[1])
+	require.ErrorContains(t, err, "did not answer NVML when the plugin started")
 }

@@ -32,8 +32,12 @@ type Options struct {
 }
 
 // Discover enumerates every GPU NVML reports. The library must already be
-// initialized. A GPU whose mandatory facts cannot be read fails discovery: an
-// advertised device with wrong facts would be worse than none.
+// initialized. Failures of the library itself (driver version, device
+// count, a library-wide error such as an uninitialized or mismatched
+// library) fail discovery. A GPU whose own facts cannot be read (a GPU
+// fallen off the bus answers nothing) is left out of node.GPUs and listed in
+// node.Unavailable instead: an advertised device with wrong facts would be
+// worse than none, and one broken GPU must not take the node's others down.
 func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Node, error) {
 	logger := klog.FromContext(ctx)
 	node := &model.Node{}
@@ -57,12 +61,22 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 	handles := make([]nvml.Device, 0, count)
 	for i := 0; i < count; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			return nil, nvmlError(fmt.Sprintf("get handle of GPU %d", i), ret)
+		var gpu model.GPU
+		var err error
+		if ret == nvml.SUCCESS {
+			gpu, err = describe(dev, i)
+		} else {
+			dev, err = nil, nvmlError(fmt.Sprintf("get handle of GPU %d", i), ret)
 		}
-		gpu, err := describe(dev, i)
 		if err != nil {
-			return nil, fmt.Errorf("GPU %d: %w", i, err)
+			if libraryFailure(err) {
+				return nil, fmt.Errorf("GPU %d: %w", i, err)
+			}
+			u := unavailable(i, dev, gpu, err)
+			logger.Error(err, "GPU does not answer NVML; the node's other GPUs are discovered without it",
+				"index", i, "uuid", u.UUID, "pciBusID", u.PCIBusID, "reason", u.Reason)
+			node.Unavailable = append(node.Unavailable, u)
+			continue
 		}
 		gpu.PCIeRoot = pcieRoot(ctx, gpu.PCIBusID, resolver, opts)
 		logger.V(4).Info("Discovered GPU", "index", gpu.Index, "minor", gpu.Minor, "uuid", gpu.UUID,

@@ -10,6 +10,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 )
 
 func TestNormalizePCIBusID(t *testing.T) {
@@ -98,8 +100,9 @@ func TestDiscover(t *testing.T) {
 	require.Empty(t, g.PCIeRoot)
 }
 
-func TestDiscoverErrors(t *testing.T) {
-	for _, call := range []string{"driver", "cuda", "count", "handle", "uuid", "minor", "name", "brand", "arch", "cc", "mem", "pci"} {
+// Failures of the library itself stop discovery.
+func TestDiscoverLibraryErrors(t *testing.T) {
+	for _, call := range []string{"driver", "cuda", "count"} {
 		t.Run(call, func(t *testing.T) {
 			_, err := Discover(context.Background(), noRoot{fakeLib(call, nvml.SUCCESS)}, Options{})
 			require.Error(t, err)
@@ -107,8 +110,76 @@ func TestDiscoverErrors(t *testing.T) {
 			require.True(t, errors.Is(err, nvml.ERROR_UNKNOWN), "errors.Is must reach the NVML return code: %v", err)
 		})
 	}
-	_, err := Discover(context.Background(), noRoot{fakeLib("", nvml.ERROR_GPU_IS_LOST)}, Options{})
-	require.ErrorContains(t, err, "get MIG mode")
+	// A library-wide error on a GPU call is not that GPU's fault.
+	lib := fakeLib("", nvml.ERROR_NOT_SUPPORTED)
+	lib.DeviceGetHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_UNINITIALIZED }
+	_, err := Discover(context.Background(), noRoot{lib}, Options{})
+	require.ErrorIs(t, err, nvml.ERROR_UNINITIALIZED)
+}
+
+// A GPU whose facts cannot be read is listed as unavailable, not fatal.
+func TestDiscoverGPUErrors(t *testing.T) {
+	for _, call := range []string{"handle", "uuid", "minor", "name", "brand", "arch", "cc", "mem", "pci"} {
+		t.Run(call, func(t *testing.T) {
+			node, err := Discover(context.Background(), noRoot{fakeLib(call, nvml.SUCCESS)}, Options{})
+			require.NoError(t, err)
+			require.Empty(t, node.GPUs)
+			require.Len(t, node.Unavailable, 1)
+			u := node.Unavailable[0]
+			require.Equal(t, 0, u.Index)
+			require.Equal(t, ReasonUnreachable, u.Reason)
+			require.ErrorContains(t, u.Err, "NVML")
+			require.True(t, errors.Is(u.Err, nvml.ERROR_UNKNOWN), "errors.Is must reach the NVML return code: %v", u.Err)
+			require.Equal(t, u.Err.Error(), u.Error)
+			if call != "uuid" && call != "handle" {
+				require.Equal(t, "GPU-1", u.UUID, "what was read before the failure is kept")
+			}
+			if call != "pci" && call != "handle" {
+				require.Equal(t, "0000:17:00.0", u.PCIBusID, "the bus ID is asked for after a failure")
+			}
+		})
+	}
+	node, err := Discover(context.Background(), noRoot{fakeLib("", nvml.ERROR_GPU_IS_LOST)}, Options{})
+	require.NoError(t, err)
+	require.Len(t, node.Unavailable, 1)
+	require.ErrorContains(t, node.Unavailable[0].Err, "get MIG mode")
+	require.Equal(t, ReasonGPUIsLost, node.Unavailable[0].Reason)
+}
+
+// Issue 13: after an XID 79 one GPU fails every query, its handle lookup
+// included. Discovery returns the node's other GPUs and lists the lost one.
+func TestDiscoverWithLostGPU(t *testing.T) {
+	p, err := sim.Load("dgx-h100", nil)
+	require.NoError(t, err)
+	srv := sim.NewServer(p, "node-a")
+	require.Equal(t, nvml.SUCCESS, srv.Init())
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	all, err := Discover(context.Background(), srv, Options{})
+	require.NoError(t, err)
+	require.Len(t, all.GPUs, 8)
+	require.NoError(t, srv.InjectXID(all.GPUs[3].UUID, 79))
+
+	node, err := Discover(context.Background(), srv, Options{})
+	require.NoError(t, err, "one lost GPU must not fail discovery")
+	require.Len(t, node.GPUs, 7)
+	for _, g := range node.GPUs {
+		require.NotEqual(t, 3, g.Index)
+		require.NotEqual(t, all.GPUs[3].UUID, g.UUID)
+	}
+	require.Equal(t, all.GPUs[4], node.GPUs[3], "the GPUs after the lost one keep their facts and indexes")
+	require.Len(t, node.Unavailable, 1)
+	u := node.Unavailable[0]
+	require.Equal(t, 3, u.Index)
+	require.Equal(t, ReasonGPUIsLost, u.Reason)
+	require.ErrorIs(t, u.Err, nvml.ERROR_GPU_IS_LOST)
+	require.Empty(t, u.UUID, "a lost GPU tells nothing about itself")
+	require.Empty(t, u.PCIBusID)
+
+	require.NoError(t, srv.Reset(all.GPUs[3].UUID))
+	node, err = Discover(context.Background(), srv, Options{})
+	require.NoError(t, err)
+	require.Equal(t, all.GPUs, node.GPUs, "after the reset the GPU is discovered again")
+	require.Empty(t, node.Unavailable)
 }
 
 // On a machine without the GPU in sysfs the PCIe root is left out, not fatal.

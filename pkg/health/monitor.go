@@ -39,8 +39,18 @@ import (
 type GPU struct {
 	UUID string
 	// Name is its device name in the ResourceSlice (for logs).
-	Name   string
+	Name string
+	// Device is the GPU's NVML handle; nil when NVML gave none (a GPU fallen
+	// off the bus answers nothing, not even its handle). Such a GPU starts
+	// lost; each probe looks its handle up again (by PCIBusID, else by
+	// UUID) and, once the same GPU answers, probes it like any other. It is
+	// not registered for events.
 	Device nvml.Device
+	// PCIBusID finds a GPU without Device again.
+	PCIBusID string
+	// Unreachable is the value of the lost condition a GPU without Device
+	// starts with ("unreachable" when empty).
+	Unreachable string
 }
 
 // Config of a Monitor.
@@ -85,6 +95,8 @@ type Monitor struct {
 	saveErr string // last save error logged
 	// restored: what New did with the state file, logged by Run.
 	restored restoreNote
+	// found are the handles of GPUs that had none at start (see device).
+	found map[string]nvml.Device
 }
 
 // New creates a monitor; Run starts it.
@@ -102,7 +114,7 @@ func New(cfg Config) *Monitor {
 		cfg.now = time.Now
 	}
 	m := &Monitor{cfg: cfg, ignored: map[uint64]bool{}, byDev: map[nvml.Device]string{},
-		gpus: map[string]*gpuState{}, names: map[string]string{}, subs: map[chan struct{}]struct{}{}}
+		gpus: map[string]*gpuState{}, names: map[string]string{}, subs: map[chan struct{}]struct{}{}, found: map[string]nvml.Device{}}
 	for _, x := range cfg.IgnoredXIDs {
 		m.ignored[x] = true
 	}
@@ -111,7 +123,13 @@ func New(cfg Config) *Monitor {
 		m.names[g.UUID] = g.Name
 		if g.Device != nil {
 			m.byDev[g.Device] = g.UUID
+			continue
 		}
+		value := g.Unreachable
+		if value == "" {
+			value = lostUnreachable
+		}
+		m.gpus[g.UUID].set(lostCondition(value, cfg.now()))
 	}
 	if cfg.StateFile != "" {
 		m.restored = m.restore()
@@ -233,6 +251,10 @@ func (m *Monitor) watchEvents(ctx context.Context) {
 	const wanted = nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError
 	registered := 0
 	for _, g := range m.cfg.GPUs {
+		if g.Device == nil {
+			logger.V(2).Info("GPU had no NVML handle at start; probing only", "gpu", g.Name)
+			continue
+		}
 		var supported uint64
 		ret := m.timed("GetSupportedEventTypes", func() nvml.Return {
 			var r nvml.Return
@@ -321,9 +343,13 @@ func eccCondition(now time.Time) Condition {
 }
 
 func (m *Monitor) setLost(ctx context.Context, uuid, value string) {
-	c := Condition{Key: KeyLost, Value: value, Effect: resourceapi.DeviceTaintEffectNoExecute, Since: m.cfg.now(),
-		Message: "NVML cannot reach the GPU (" + value + ")"}
+	c := lostCondition(value, m.cfg.now())
 	m.update(ctx, uuid, func(g *gpuState) bool { return g.set(c) })
+}
+
+func lostCondition(value string, now time.Time) Condition {
+	return Condition{Key: KeyLost, Value: value, Effect: resourceapi.DeviceTaintEffectNoExecute, Since: now,
+		Message: "NVML cannot reach the GPU (" + value + ")"}
 }
 
 // timed runs an NVML call and records its latency.

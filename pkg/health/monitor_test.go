@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 )
@@ -53,8 +54,10 @@ func (f *fixture) events(t *testing.T, inject func()) {
 	done := make(chan struct{})
 	changes, stop := f.mon.Subscribe()
 	defer stop()
+	before := registrations(f.gpus)
 	go func() { defer close(done); f.mon.watchEvents(ctx) }()
-	time.Sleep(50 * time.Millisecond) // registered
+	require.Eventually(t, func() bool { return registrations(f.gpus) == before+len(f.gpus) }, 10*time.Second, time.Millisecond,
+		"the event loop registers every GPU")
 	inject()
 	select {
 	case <-changes:
@@ -62,6 +65,22 @@ func (f *fixture) events(t *testing.T, inject func()) {
 	}
 	cancel()
 	<-done
+}
+
+// registrations counts the RegisterEvents calls the simulated GPUs got
+// (the go-nvml mocks record their calls).
+func registrations(gpus []GPU) int {
+	type recorder interface {
+		RegisterEventsCalls() []struct {
+			V        uint64
+			EventSet nvml.EventSet
+		}
+	}
+	n := 0
+	for _, g := range gpus {
+		n += len(g.Device.(recorder).RegisterEventsCalls())
+	}
+	return n
 }
 
 func TestMonitorFaults(t *testing.T) {
@@ -192,4 +211,55 @@ func TestParseXIDs(t *testing.T) {
 		assert.Equal(t, tc.want, got)
 	}
 	assert.Equal(t, "13,31,43,45,68,109", FormatXIDs(DefaultIgnoredXIDs))
+}
+
+// A GPU that had no handle at start (lost before the plugin started)
+// starts lost, keeps being probed, and is healthy once it answers again.
+func TestMonitorGPUWithoutHandle(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, nil)
+	bus := func(i int) string { return f.srv.Profile().GPUs[i].PCIBusID }
+	require.NoError(t, f.srv.SetLost(f.gpus[2].UUID, true))
+	gpus := append([]GPU(nil), f.gpus...)
+	gpus[2] = GPU{UUID: f.gpus[2].UUID, Name: "gpu-2", PCIBusID: bus(2), Unreachable: "gpu-is-lost"}
+	gpus[4] = GPU{UUID: f.gpus[4].UUID, Name: "gpu-4"}                                    // no handle, no bus ID: found by UUID
+	gpus[6] = GPU{UUID: "GPU-was-here", Name: "gpu-6", PCIBusID: bus(6), Unreachable: ""} // another GPU answers there
+	mon := New(Config{Lib: f.srv, GPUs: gpus, now: func() time.Time { return f.now }})
+
+	snap := mon.Snapshot()
+	assert.Equal(t, []resourceapi.DeviceTaint{{Key: KeyLost, Value: "gpu-is-lost", Effect: "NoExecute", TimeAdded: ptrTime(f.now)}},
+		snap.Taints(gpus[2].UUID), "lost before the first probe")
+	assert.Equal(t, "NVML cannot reach the GPU (unreachable)", snap.Message(gpus[4].UUID))
+	assert.Equal(t, Healthy, snap.Health(gpus[0].UUID))
+
+	// The event loop skips the GPUs without a handle and serves the others.
+	done := make(chan struct{})
+	evCtx, cancel := context.WithCancel(ctx)
+	go func() { defer close(done); mon.watchEvents(evCtx) }()
+	require.Eventually(t, func() bool { // injected until the loop has registered and sees it
+		require.NoError(t, f.srv.InjectXID(gpus[1].UUID, 95))
+		return mon.Snapshot().Health(gpus[1].UUID) == Unhealthy
+	}, 10*time.Second, 20*time.Millisecond)
+	cancel()
+	<-done
+
+	mon.ProbeAll(ctx)
+	snap = mon.Snapshot()
+	assert.Equal(t, Unhealthy, snap.Health(gpus[2].UUID), "still lost")
+	assert.Equal(t, Healthy, snap.Health(gpus[4].UUID), "answers: found by UUID")
+	assert.Equal(t, Unhealthy, snap.Health(gpus[6].UUID))
+	assert.Contains(t, snap.Message(gpus[6].UUID), "another GPU ("+f.gpus[6].UUID+") answers at PCI bus ID "+bus(6))
+
+	require.NoError(t, f.srv.Reset(gpus[2].UUID))
+	mon.ProbeAll(ctx)
+	assert.Equal(t, Healthy, mon.Snapshot().Health(gpus[2].UUID), "answers again after the reset")
+	assert.Empty(t, mon.Snapshot().Taints(gpus[2].UUID))
+	require.NoError(t, f.srv.SetLost(gpus[2].UUID, true))
+	mon.ProbeAll(ctx)
+	assert.Equal(t, "NVML cannot reach the GPU (gpu-is-lost)", mon.Snapshot().Message(gpus[2].UUID), "the found handle is probed")
+}
+
+func ptrTime(t time.Time) *metav1.Time {
+	v := metav1Time(t)
+	return &v
 }

@@ -24,9 +24,13 @@ func (m *Monitor) ProbeAll(ctx context.Context) {
 // conditions.
 func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 	logger := klog.FromContext(ctx)
+	dev := m.device(ctx, gpu)
+	if dev == nil {
+		return // still lost: device said so
+	}
 	now := m.cfg.now()
 	ret := m.timed("GetMemoryInfo", func() nvml.Return {
-		_, r := gpu.Device.GetMemoryInfo()
+		_, r := dev.GetMemoryInfo()
 		return r
 	})
 	switch ret {
@@ -52,11 +56,11 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 		return
 	}
 
-	action, known := m.recoveryAction(gpu.Device)
+	action, known := m.recoveryAction(dev)
 	var ecc uint64
 	eccRet := m.timed("GetTotalEccErrors", func() nvml.Return {
 		var r nvml.Return
-		ecc, r = gpu.Device.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+		ecc, r = dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
 		return r
 	})
 	hold := m.cfg.DegradedHold

@@ -49,6 +49,12 @@ type GPU struct {
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
 	// Partitioning is how the plugin publishes the GPU (see pkg/mig.Apply).
 	Partitioning Partitioning `json:"partitioning,omitempty"`
+	// Unreachable is set on a GPU that NVML counts but could not describe
+	// at start-up, published from its last known identity (pkg/inventory):
+	// why, as the value of the lost taint ("gpu-is-lost", "reset-required"
+	// or "unreachable"). Such a GPU is tainted and cannot be prepared.
+	// Empty for every GPU discovery described.
+	Unreachable string `json:"unreachable,omitempty"`
 }
 
 // Node holds node-wide facts and the GPUs of one node.
@@ -58,6 +64,10 @@ type Node struct {
 	// CUDADriverVersion as "<major>.<minor>", e.g. "12.4".
 	CUDADriverVersion string `json:"cudaDriverVersion"`
 	GPUs              []GPU  `json:"gpus"`
+	// Unavailable are the GPUs NVML counts but discovery could not
+	// describe (a GPU fallen off the bus answers nothing). They are not in
+	// GPUs unless published from their last known identity.
+	Unavailable []UnavailableGPU `json:"unavailable,omitempty"`
 }
 
 // DeviceName is the name of a whole-GPU device in the ResourceSlice.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/inventory"
 	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/prepare"
 	"github.com/gpudra/gpudra/pkg/slice"
@@ -116,7 +117,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err := os.MkdirAll(o.PluginDataDir(), 0o750); err != nil {
 		return nil, fmt.Errorf("create plugin directory: %w", err)
 	}
-	gpus, err := OpenNode(ctx, o)
+	gpus, err := openNode(ctx, o, inventory.New(o.PluginDataDir(), o.NodeName))
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +174,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	driver := &Driver{manager: manager, cancel: fatal, health: hs, events: newEventSink(ctx, client, o, store),
 		status: newClaimStatus(client, o, store, pub)}
 	driver.events.recoverFailed(recovered.Failed)
+	driver.events.unavailableGPUs(o.NodeName, gpus.Node.Unavailable)
 	_ = pub.SetBase(ctx, resources)          // no helper yet: only recorded
 	fetcher := &claimFetcher{client: client} // see claimfetch.go
 	opts := []kubeletplugin.Option{

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/health"
+	"github.com/gpudra/gpudra/pkg/model"
 	"github.com/gpudra/gpudra/pkg/prepare"
 )
 
@@ -25,6 +27,8 @@ const (
 	ReasonDeviceUnhealthy = "DeviceUnhealthy"
 	ReasonDeviceHealthy   = "DeviceHealthy"
 	ReasonRecoverFailed   = "RecoverFailed"
+	// ReasonGPUUnavailable: a GPU NVML counts did not answer at start-up.
+	ReasonGPUUnavailable = "GPUUnavailable"
 )
 
 // eventSink records events.k8s.io Events on claims and pods: failed
@@ -107,6 +111,27 @@ func (e *eventSink) healthChanged(ctx context.Context, prev, cur health.Snapshot
 				e.recorder.Eventf(pod, claimRef, kind, reason, "HealthCheck", "%s", truncateNote(note+" (claim "+h.Claim+")"))
 			}
 		}
+	}
+}
+
+// unavailableGPUs records a Warning on the node for every GPU that did not
+// answer NVML at start-up, saying whether it is published (tainted, from
+// its last known identity) or withheld.
+func (e *eventSink) unavailableGPUs(nodeName string, gpus []model.UnavailableGPU) {
+	if e == nil {
+		return
+	}
+	// The kubelet names its node in events with the node name as UID.
+	node := &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}
+	for _, u := range gpus {
+		note := fmt.Sprintf("GPU at NVML index %d does not answer NVML (%s); ", u.Index, u.Error)
+		if u.PublishedAs != "" {
+			note += fmt.Sprintf("published as %s (%s) from its last known identity with taint %s=%s:NoExecute until it answers again",
+				u.PublishedAs, u.UUID, health.KeyLost, u.Reason)
+		} else {
+			note += "not published: " + u.Withheld
+		}
+		e.recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonGPUUnavailable, "Discover", "%s", truncateNote(note))
 	}
 }
 

@@ -8,7 +8,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/pflag"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/pkg/discovery"
 	"github.com/gpudra/gpudra/pkg/health"
 )
 
@@ -53,11 +55,19 @@ func newHealthService(ctx context.Context, o *Options, gpus *GPUNode, pub *publi
 		return nil, err
 	}
 	for _, g := range gpus.Node.GPUs {
-		dev, ret := gpus.Lib.DeviceGetHandleByUUID(g.UUID)
-		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("health monitor: NVML handle of GPU %s: %w", g.UUID, ret)
+		// A GPU without a handle (published from its last known identity,
+		// or lost since discovery) is monitored as lost, never fatal.
+		hg := health.GPU{UUID: g.UUID, Name: g.DeviceName(), PCIBusID: g.PCIBusID, Unreachable: g.Unreachable}
+		if g.Unreachable == "" {
+			dev, ret := gpus.Lib.DeviceGetHandleByUUID(g.UUID)
+			if ret == nvml.SUCCESS {
+				hg.Device = dev
+			} else {
+				hg.Unreachable = discovery.LostReason(ret)
+				klog.FromContext(ctx).Error(ret, "No NVML handle of a discovered GPU; monitoring it as lost", "gpu", hg.Name, "uuid", g.UUID)
+			}
 		}
-		cfg.GPUs = append(cfg.GPUs, health.GPU{UUID: g.UUID, Name: g.DeviceName(), Device: dev})
+		cfg.GPUs = append(cfg.GPUs, hg)
 	}
 	hs := &healthService{pub: pub}
 	hs.mon = health.New(cfg)

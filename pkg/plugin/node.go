@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/discovery"
+	"github.com/gpudra/gpudra/pkg/inventory"
 	"github.com/gpudra/gpudra/pkg/mig"
 	"github.com/gpudra/gpudra/pkg/model"
 	"github.com/gpudra/gpudra/pkg/nvmllib"
@@ -20,9 +21,15 @@ type GPUNode struct {
 	Node *model.Node
 }
 
-// OpenNode opens NVML under the driver root and discovers the node's GPUs.
-// Close it with Close.
-func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
+// OpenNode opens NVML under the driver root and discovers the node's GPUs;
+// GPUs that do not answer are only listed (node.Unavailable). Close it
+// with Close.
+func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) { return openNode(ctx, o, nil) }
+
+// openNode is OpenNode; with inv, a GPU that does not answer is published
+// from its last known identity or withheld, and inv remembers what was
+// discovered (pkg/inventory).
+func openNode(ctx context.Context, o *Options, inv *inventory.Store) (*GPUNode, error) {
 	roots := o.roots()
 	lib, err := nvmllib.New(roots.Driver)
 	if err != nil {
@@ -33,6 +40,9 @@ func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
 		_ = lib.Shutdown() // already failing; the discovery error is the one to report
 		return nil, fmt.Errorf("discover GPUs: %w", err)
 	}
+	if inv != nil {
+		inventory.Restore(ctx, inv, node)
+	}
 	mode, err := mig.ParseMode(o.MIG)
 	if err != nil {
 		_ = lib.Shutdown()
@@ -40,8 +50,8 @@ func OpenNode(ctx context.Context, o *Options) (*GPUNode, error) {
 	}
 	mig.Apply(node, mode)
 	mig.RestrictProfiles(ctx, node, o.MIGProfiles)
-	klog.FromContext(ctx).Info("Discovered GPUs", "mig", mode, "count", len(node.GPUs), "driverVersion", node.DriverVersion,
-		"cudaDriverVersion", node.CUDADriverVersion, "driverRoot", roots.Driver, "hostDriverRoot", roots.HostDriver)
+	klog.FromContext(ctx).Info("Discovered GPUs", "mig", mode, "count", len(node.GPUs), "unavailable", len(node.Unavailable),
+		"driverVersion", node.DriverVersion, "cudaDriverVersion", node.CUDADriverVersion, "driverRoot", roots.Driver, "hostDriverRoot", roots.HostDriver)
 	return &GPUNode{Lib: lib, Node: node}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/gpudra/gpudra/pkg/health"
 	"github.com/gpudra/gpudra/pkg/model"
 )
 
@@ -54,11 +55,13 @@ type Options struct {
 
 // Devices converts every GPU of the node into ResourceSlice devices: the
 // GPU itself unless it is in static MIG mode, and its MIG devices (see
-// model.Partitioning).
+// model.Partitioning). The devices of a GPU published from its last known
+// identity (model.GPU.Unreachable) carry the NoExecute lost taint.
 func Devices(node *model.Node) ([]resourceapi.Device, error) {
 	devices := make([]resourceapi.Device, 0, len(node.GPUs))
 	for i := range node.GPUs {
 		g := &node.GPUs[i]
+		first := len(devices)
 		if g.PublishesWhole() {
 			d, err := gpuDevice(node, g)
 			if err != nil {
@@ -74,6 +77,12 @@ func Devices(node *model.Node) ([]resourceapi.Device, error) {
 			return nil, err
 		}
 		devices = append(devices, migs...)
+		if g.Unreachable != "" {
+			for j := first; j < len(devices); j++ {
+				devices[j].Taints = append(devices[j].Taints, resourceapi.DeviceTaint{
+					Key: health.KeyLost, Value: g.Unreachable, Effect: resourceapi.DeviceTaintEffectNoExecute})
+			}
+		}
 	}
 	return devices, nil
 }
@@ -103,14 +112,14 @@ func Pack(poolName string, devices []resourceapi.Device, opts Options) resources
 // PackWithCounters splits devices and counter sets into slices of one pool,
 // as the API requires: a slice holds either devices or counter sets, at
 // most 8 counter sets, and at most 64 devices once any device consumes
-// counters.
+// counters or has taints.
 func PackWithCounters(poolName string, devices []resourceapi.Device, counters []resourceapi.CounterSet, opts Options) resourceslice.DriverResources {
 	max := opts.MaxDevicesPerSlice
 	if max <= 0 || max > resourceapi.ResourceSliceMaxDevices {
 		max = resourceapi.ResourceSliceMaxDevices
 	}
 	for _, d := range devices {
-		if len(d.ConsumesCounters) > 0 {
+		if len(d.ConsumesCounters) > 0 || len(d.Taints) > 0 {
 			max = min(max, resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures)
 			break
 		}

@@ -166,6 +166,7 @@ func TestEventsFromFaultFile(t *testing.T) {
 	f.env[TraceEnv] = filepath.Join(t.TempDir(), "trace")
 	f.init()
 	gpu1 := f.gpu(1)
+	gpu0 := f.gpu(0) // before it is lost: a lost GPU's handle cannot be looked up
 
 	var set uintptr
 	require.Equal(t, nvml.SUCCESS, f.l.EventSetCreate(unsafe.Pointer(&set)))
@@ -190,7 +191,6 @@ func TestEventsFromFaultFile(t *testing.T) {
 	require.EqualValues(t, 1, ecc, "XID 48 is a double-bit ECC error")
 
 	f.faults("gpu-1 xid 48\ngpu-0 lost\n")
-	gpu0 := f.gpu(0)
 	var mem nvml.Memory
 	require.Eventually(t, func() bool {
 		return f.l.DeviceGetMemoryInfo(gpu0, unsafe.Pointer(&mem)) == nvml.ERROR_GPU_IS_LOST

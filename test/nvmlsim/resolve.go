@@ -2,6 +2,8 @@ package nvmlsim
 
 import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 )
 
 // Handles to sim objects and back (see handles.go). Every resolution goes
@@ -24,10 +26,15 @@ func (l *Library) device(s *session, h uintptr) (nvml.Device, nvml.Return) {
 
 func gpuByIndex(s *session, index int) (nvml.Device, nvml.Return) {
 	d, ret := s.srv.DeviceGetHandleByIndex(index)
-	if ret != nvml.SUCCESS {
-		return nil, nvml.ERROR_INVALID_ARGUMENT
+	switch ret {
+	case nvml.SUCCESS:
+		return d, nvml.SUCCESS
+	case nvml.ERROR_GPU_IS_LOST:
+		// The handle stays valid; every call on a lost GPU, and on its
+		// MIG devices and instances, answers this.
+		return nil, ret
 	}
-	return d, nvml.SUCCESS
+	return nil, nvml.ERROR_INVALID_ARGUMENT
 }
 
 // migDevice finds the MIG device of compute instance k.ci in GPU instance
@@ -103,39 +110,18 @@ func (l *Library) eventSet(h uintptr) (nvml.EventSet, nvml.Return) {
 	return set.(nvml.EventSet), nvml.SUCCESS
 }
 
-// deviceHandle returns the handle of a GPU or MIG device of the sim.
+// deviceHandle returns the handle of a GPU or MIG device of the sim. It
+// asks the sim (sim.KeyOf), not NVML: a lost GPU answers no call but must
+// still be named, e.g. in the event of its XID 79.
 func (l *Library) deviceHandle(d nvml.Device) (uintptr, nvml.Return) {
-	if d == nil {
+	k, ok := sim.KeyOf(d)
+	if !ok {
 		return 0, nvml.ERROR_UNKNOWN
 	}
-	isMIG, ret := d.IsMigDeviceHandle()
-	if ret != nvml.SUCCESS {
-		return 0, ret
+	if !k.MIG {
+		return l.newHandle(key{kind: kindGPU, gpu: k.GPU})
 	}
-	if !isMIG {
-		idx, ret := d.GetIndex()
-		if ret != nvml.SUCCESS {
-			return 0, ret
-		}
-		return l.newHandle(key{kind: kindGPU, gpu: idx})
-	}
-	parent, ret := d.GetDeviceHandleFromMigDeviceHandle()
-	if ret != nvml.SUCCESS {
-		return 0, ret
-	}
-	idx, ret := parent.GetIndex()
-	if ret != nvml.SUCCESS {
-		return 0, ret
-	}
-	gi, ret := d.GetGpuInstanceId()
-	if ret != nvml.SUCCESS {
-		return 0, ret
-	}
-	ci, ret := d.GetComputeInstanceId()
-	if ret != nvml.SUCCESS {
-		return 0, ret
-	}
-	return l.newHandle(key{kind: kindMIGDevice, gpu: idx, gi: uint32(gi), ci: uint32(ci)})
+	return l.newHandle(key{kind: kindMIGDevice, gpu: k.GPU, gi: k.GPUInstance, ci: k.ComputeInstance})
 }
 
 func (l *Library) gpuInstanceHandle(gi nvml.GpuInstance) (uintptr, nvml.Return) {

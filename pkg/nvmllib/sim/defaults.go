@@ -40,7 +40,11 @@ var handleTypes = []struct {
 
 // fillUnset sets every nil XxxFunc field of the moq struct behind mockPtr.
 // With forward set, Interface methods on handles are forwarded (see above).
-func fillUnset(mockPtr any, forward bool) {
+func fillUnset(mockPtr any, forward bool) { fillUnsetOf(mockPtr, forward, nil) }
+
+// fillUnsetOf is fillUnset for a handle of a physical GPU: while lost()
+// reports true, the defaults answer ERROR_GPU_IS_LOST instead.
+func fillUnsetOf(mockPtr any, forward bool, lost func() bool) {
 	v := reflect.ValueOf(mockPtr).Elem()
 	t := v.Type()
 	for i := range t.NumField() {
@@ -53,7 +57,7 @@ func fillUnset(mockPtr any, forward bool) {
 		if !ok {
 			continue
 		}
-		impl := notSupported(f.Type)
+		impl := notSupported(f.Type, lost)
 		if forward {
 			if fwd, ok := forwarder(method, f.Type); ok {
 				impl = fwd
@@ -65,8 +69,11 @@ func fillUnset(mockPtr any, forward bool) {
 
 type funcImpl = func([]reflect.Value) []reflect.Value
 
-func notSupported(ft reflect.Type) funcImpl {
+func notSupported(ft reflect.Type, lost func() bool) funcImpl {
 	return func([]reflect.Value) []reflect.Value {
+		if lost != nil && lost() {
+			return results(ft, nvml.ERROR_GPU_IS_LOST)
+		}
 		return results(ft, nvml.ERROR_NOT_SUPPORTED)
 	}
 }

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"sync/atomic"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
@@ -14,6 +16,8 @@ type device struct {
 	addr   pciAddress
 	uuid   string
 	serial string
+	// lost: the GPU fell off the bus (see lost.go).
+	lost atomic.Bool
 
 	// Guarded by srv.mu.
 	migMode     int
@@ -41,7 +45,7 @@ func newDevice(s *Server, g *GPU) *device {
 	d.setFuncs()
 	d.setMIGFuncs()
 	d.setNVLinkFuncs()
-	fillUnset(&d.Device, false)
+	// The fault calls are added by installFaults; finishHandle follows it.
 	return d
 }
 

@@ -106,8 +106,12 @@
 // EventSetFree) delivering critical XID and double-bit ECC events, the ECC
 // counters (GetTotalEccErrors), the driver's recovery action (GetFieldValues
 // with FI_DEV_GET_GPU_RECOVERY_ACTION; not supported when the profile's
-// driverVersion is older than 550), and GPUs fallen off the bus
-// (ERROR_GPU_IS_LOST). Faults are injected with InjectXID,
+// driverVersion is older than 550), and GPUs fallen off the bus. A lost GPU
+// answers every call with ERROR_GPU_IS_LOST, as real NVML can: its identity
+// (UUID, name, PCI info), memory, MIG calls and MIG devices, event
+// registration, and every lookup of its handle (by index, UUID, PCI bus ID
+// or serial); DeviceGetCount still counts it (lost.go). Faults are injected
+// with InjectXID,
 // InjectDoubleBitECC and SetLost and repaired with Reset, or through a
 // FaultFile (faultfile.go), the control file the plugin watches in
 // simulated mode.

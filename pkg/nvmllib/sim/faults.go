@@ -24,11 +24,8 @@ import (
 //     double-bit ECC error, node reboot after XID 79. Like real drivers
 //     before R550, a profile whose driverVersion is older than 550 answers
 //     that field with ERROR_NOT_SUPPORTED;
-//   - a GPU fallen off the bus (XID 79, or SetLost): its health queries
-//     (GetMemoryInfo, GetTotalEccErrors, GetFieldValues, RegisterEvents,
-//     GetTemperature) answer ERROR_GPU_IS_LOST. Identity queries (UUID,
-//     name, PCI info) keep answering, so that a restarted plugin still
-//     discovers the GPU (a simplification: real NVML may fail those too).
+//   - a GPU fallen off the bus (XID 79, or SetLost): every call on it and
+//     every lookup of its handle answers ERROR_GPU_IS_LOST (see lost.go).
 //
 // Reset undoes all of it, as a GPU reset or reboot would. Faults only exist
 // in simulation: nothing here touches a real GPU.
@@ -58,7 +55,6 @@ type faultBook struct {
 }
 
 type gpuFaults struct {
-	lost          bool
 	recovery      nvml.DeviceGpuRecoveryAction
 	dbeVolatile   uint64
 	dbeAggregate  uint64
@@ -180,11 +176,7 @@ func (d *device) setFaultFuncs(b *faultBook) {
 		b.mu.Lock()
 		return b.gpus[d], b.mu.Unlock
 	}
-	lostGuard := func() bool {
-		g, unlock := state()
-		defer unlock()
-		return g.lost
-	}
+	// A lost GPU answers nothing: finishHandle guards these calls too.
 	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return supportedEvents, nvml.SUCCESS }
 	d.RegisterEventsFunc = func(types uint64, set nvml.EventSet) nvml.Return {
 		es, ok := set.(*eventSet)
@@ -193,9 +185,6 @@ func (d *device) setFaultFuncs(b *faultBook) {
 		}
 		g, unlock := state()
 		defer unlock()
-		if g.lost {
-			return nvml.ERROR_GPU_IS_LOST
-		}
 		if es.freed {
 			return nvml.ERROR_INVALID_ARGUMENT
 		}
@@ -205,9 +194,6 @@ func (d *device) setFaultFuncs(b *faultBook) {
 	d.GetTotalEccErrorsFunc = func(errType nvml.MemoryErrorType, counter nvml.EccCounterType) (uint64, nvml.Return) {
 		g, unlock := state()
 		defer unlock()
-		if g.lost {
-			return 0, nvml.ERROR_GPU_IS_LOST
-		}
 		switch {
 		case errType == nvml.MEMORY_ERROR_TYPE_UNCORRECTED && counter == nvml.VOLATILE_ECC:
 			return g.dbeVolatile, nvml.SUCCESS
@@ -224,9 +210,6 @@ func (d *device) setFaultFuncs(b *faultBook) {
 	d.GetFieldValuesFunc = func(values []nvml.FieldValue) nvml.Return {
 		g, unlock := state()
 		defer unlock()
-		if g.lost {
-			return nvml.ERROR_GPU_IS_LOST
-		}
 		for i := range values {
 			v := &values[i]
 			if v.FieldId != nvml.FI_DEV_GET_GPU_RECOVERY_ACTION || !recoverySupported {
@@ -240,26 +223,6 @@ func (d *device) setFaultFuncs(b *faultBook) {
 			v.Timestamp = time.Now().UnixMicro()
 		}
 		return nvml.SUCCESS
-	}
-	// Health queries of a GPU that fell off the bus fail.
-	memInfo, memInfoV2, temp := d.GetMemoryInfoFunc, d.GetMemoryInfo_v2Func, d.GetTemperatureFunc
-	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		if lostGuard() {
-			return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
-		}
-		return memInfo()
-	}
-	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
-		if lostGuard() {
-			return nvml.Memory_v2{}, nvml.ERROR_GPU_IS_LOST
-		}
-		return memInfoV2()
-	}
-	d.GetTemperatureFunc = func(s nvml.TemperatureSensors) (uint32, nvml.Return) {
-		if lostGuard() {
-			return 0, nvml.ERROR_GPU_IS_LOST
-		}
-		return temp(s)
 	}
 }
 
@@ -292,10 +255,11 @@ func (s *Server) InjectXID(gpuUUID string, xid uint64) error {
 		g.dbeVolatile++
 		g.dbeAggregate++
 	}
-	b.emitLocked(d, nvml.EventTypeXidCriticalError, xid)
 	if xid == 79 {
-		g.lost = true
+		// Lost before the event is out: whoever reacts to it finds the GPU gone.
+		d.lost.Store(true)
 	}
+	b.emitLocked(d, nvml.EventTypeXidCriticalError, xid)
 	return nil
 }
 
@@ -321,19 +285,18 @@ func (s *Server) InjectDoubleBitECC(gpuUUID string) error {
 }
 
 // SetLost marks the GPU as fallen off the bus (or back) without an event:
-// only a probe notices.
+// only a probe notices. A lost GPU answers no call at all (see lost.go).
 func (s *Server) SetLost(gpuUUID string, lost bool) error {
 	d, err := s.gpuByUUID(gpuUUID)
 	if err != nil {
 		return err
 	}
-	s.faults.mu.Lock()
-	defer s.faults.mu.Unlock()
-	s.faults.gpus[d].lost = lost
+	d.lost.Store(lost)
 	return nil
 }
 
-// Reset simulates a GPU reset: the GPU answers again, no recovery action is
+// Reset simulates a GPU reset: the GPU answers again (its handles work
+// again, as after a reset the same GPU is found again), no recovery action is
 // pending and the volatile ECC counters start from zero. Aggregate counters
 // persist, as on real GPUs, and so does the MIG mode, but its GPU and
 // compute instances are gone: they do not survive a GPU reset.
@@ -358,7 +321,7 @@ func (s *Server) Reset(gpuUUID string) error {
 	s.faults.mu.Lock()
 	defer s.faults.mu.Unlock()
 	g := s.faults.gpus[d]
-	g.lost = false
+	d.lost.Store(false)
 	g.recovery = nvml.GPU_RECOVERY_ACTION_NONE
 	g.dbeVolatile, g.sbeVolatile = 0, 0
 	return nil

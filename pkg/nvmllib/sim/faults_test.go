@@ -77,8 +77,12 @@ func TestFaultInjection(t *testing.T) {
 				assert.Equal(t, tc.dbe, n)
 			}
 			got, ret := d.GetUUID()
-			assert.Equal(t, nvml.SUCCESS, ret, "identity queries keep answering")
-			assert.Equal(t, id, got)
+			if tc.lost {
+				assert.Equal(t, nvml.ERROR_GPU_IS_LOST, ret, "a lost GPU does not even tell its UUID")
+			} else {
+				assert.Equal(t, nvml.SUCCESS, ret)
+				assert.Equal(t, id, got)
+			}
 			_, ret = other.GetMemoryInfo()
 			assert.Equal(t, nvml.SUCCESS, ret, "other GPUs are unaffected")
 

@@ -86,7 +86,7 @@ func (d *device) createGpuInstanceLocked(p *GPUInstanceProfile, pl *nvml.GpuInst
 		Placement: nvml.GpuInstancePlacement{Start: uint32(start), Size: uint32(p.PlacementSize)},
 	}
 	gi.setFuncs()
-	fillUnset(&gi.GpuInstance, false)
+	finishHandle(&gi.GpuInstance, d)
 	d.gis[gi.info.Id] = gi
 	return gi, nvml.SUCCESS
 }
@@ -314,7 +314,7 @@ func (gi *gpuInstance) createComputeInstanceLocked(cp ciProfile, pl *nvml.Comput
 		Placement:   nvml.ComputeInstancePlacement{Start: uint32(start), Size: uint32(cp.slices)},
 	}
 	ci.setFuncs()
-	fillUnset(&ci.ComputeInstance, false)
+	finishHandle(&ci.ComputeInstance, gi.dev)
 	gi.dev.migCounter++
 	key := fmt.Sprintf("mig/%s/%d/%d/%d", gi.dev.uuid, gi.info.Id, id, gi.dev.migCounter)
 	ci.mig = newMIGDevice(ci, "MIG-"+uuid.NewSHA1(uuidNamespace, []byte(key)).String())

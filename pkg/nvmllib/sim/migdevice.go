@@ -92,7 +92,7 @@ func newMIGDevice(ci *computeInstance, id string) *migDevice {
 		}
 		return parent.GetNumaNodeId()
 	}
-	fillUnset(&m.Device, false)
+	finishHandle(&m.Device, parent)
 	return m
 }
 

@@ -66,6 +66,9 @@ func NewServer(p *Profile, nodeName string) *Server {
 		d.createInitialMIGDevices()
 	}
 	s.installFaults()
+	for _, d := range s.devices {
+		finishHandle(&d.Device, d)
+	}
 	return s
 }
 
@@ -172,7 +175,7 @@ func (s *Server) setFuncs() {
 		if index < 0 || index >= len(s.devices) {
 			return nil, nvml.ERROR_INVALID_ARGUMENT
 		}
-		return s.devices[index], nvml.SUCCESS
+		return lookup(s.devices[index], s.devices[index])
 	}
 	s.DeviceGetHandleByUUIDFunc = func(id string) (nvml.Device, nvml.Return) {
 		if ret := s.initialized(); ret != nvml.SUCCESS {
@@ -190,7 +193,7 @@ func (s *Server) setFuncs() {
 		}
 		for _, d := range s.devices {
 			if d.addr == addr {
-				return d, nvml.SUCCESS
+				return lookup(d, d)
 			}
 		}
 		return nil, nvml.ERROR_NOT_FOUND
@@ -201,18 +204,19 @@ func (s *Server) setFuncs() {
 		}
 		for _, d := range s.devices {
 			if d.serial == serial {
-				return d, nvml.SUCCESS
+				return lookup(d, d)
 			}
 		}
 		return nil, nvml.ERROR_NOT_FOUND
 	}
 }
 
-// deviceByUUID finds a GPU or, like real NVML, a MIG device by UUID.
+// deviceByUUID finds a GPU or, like real NVML, a MIG device by UUID; a
+// lost GPU and its MIG devices answer ERROR_GPU_IS_LOST.
 func (s *Server) deviceByUUID(id string) (nvml.Device, nvml.Return) {
 	for _, d := range s.devices {
 		if d.uuid == id {
-			return d, nvml.SUCCESS
+			return lookup(d, d)
 		}
 	}
 	s.mu.Lock()
@@ -220,7 +224,7 @@ func (s *Server) deviceByUUID(id string) (nvml.Device, nvml.Return) {
 	for _, d := range s.devices {
 		for _, m := range d.migDevicesLocked() {
 			if m.uuid == id {
-				return m, nvml.SUCCESS
+				return lookup(d, m)
 			}
 		}
 	}

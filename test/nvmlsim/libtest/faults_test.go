@@ -106,7 +106,12 @@ func TestLostGPU(t *testing.T) {
 	_, ret = dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
 	require.Equal(t, nvml.ERROR_GPU_IS_LOST, ret)
 	_, ret = dev.GetUUID()
-	ok(t, ret, "identity queries keep answering")
+	require.Equal(t, nvml.ERROR_GPU_IS_LOST, ret, "a lost GPU does not even tell its UUID")
+	_, ret = lib.DeviceGetHandleByIndex(0)
+	require.Equal(t, nvml.ERROR_GPU_IS_LOST, ret, "nor give its handle")
+	n, ret := lib.DeviceGetCount()
+	ok(t, ret)
+	require.Equal(t, 2, n, "NVML still counts it")
 
 	require.NoError(t, os.WriteFile(filepath.Join(root, faultFile), nil, 0o644))
 	require.Eventually(t, func() bool {

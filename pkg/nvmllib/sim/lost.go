@@ -1,0 +1,63 @@
+package sim
+
+import (
+	"reflect"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// A GPU that fell off the bus (XID 79, or SetLost) answers nothing, as real
+// NVML can behave: every call on its handle, on its GPU and compute
+// instances and on its MIG devices, and every handle lookup of it
+// (DeviceGetHandleByIndex, ByUUID, ByPciBusId, BySerial, also of its MIG
+// devices) answers ERROR_GPU_IS_LOST, identity queries (UUID, name, PCI
+// info) included. DeviceGetCount still counts it. Reset or SetLost(false)
+// bring it back: the handles obtained before answer again.
+
+// isLost reports whether the GPU fell off the bus.
+func (d *device) isLost() bool { return d.lost.Load() }
+
+// finishHandle makes every call of a GPU's handle object (the device
+// itself, a GPU or compute instance, a MIG device) fail with
+// ERROR_GPU_IS_LOST while the GPU is lost: the modelled calls are wrapped,
+// the rest get lost-aware defaults. Call it once all modelled XxxFunc
+// fields are set.
+func finishHandle(mockPtr any, d *device) {
+	guardLost(mockPtr, d.isLost)
+	fillUnsetOf(mockPtr, false, d.isLost)
+}
+
+// guardLost wraps every set XxxFunc field of the moq struct behind mockPtr:
+// while lost() reports true the call answers zero values and
+// ERROR_GPU_IS_LOST in each nvml.Return result, without calling the model.
+func guardLost(mockPtr any, lost func() bool) {
+	v := reflect.ValueOf(mockPtr).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		fv := v.Field(i)
+		if !f.IsExported() || f.Type.Kind() != reflect.Func || fv.IsNil() || !strings.HasSuffix(f.Name, "Func") {
+			continue
+		}
+		inner := reflect.ValueOf(fv.Interface())
+		ft := f.Type
+		fv.Set(reflect.MakeFunc(ft, func(args []reflect.Value) []reflect.Value {
+			if lost() {
+				return results(ft, nvml.ERROR_GPU_IS_LOST)
+			}
+			if ft.IsVariadic() {
+				return inner.CallSlice(args)
+			}
+			return inner.Call(args)
+		}))
+	}
+}
+
+// lookup returns a handle of d, or ERROR_GPU_IS_LOST while d is lost.
+func lookup[T nvml.Device](d *device, h T) (nvml.Device, nvml.Return) {
+	if d.isLost() {
+		return nil, nvml.ERROR_GPU_IS_LOST
+	}
+	return h, nvml.SUCCESS
+}

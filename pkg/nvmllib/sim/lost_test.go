@@ -1,0 +1,104 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A lost GPU answers nothing, as real NVML can behave after XID 79: not its
+// identity, not its MIG devices, not even a handle lookup. It is still
+// counted, the other GPUs are unaffected, and a reset brings it back.
+func TestLostGPUAnswersNothing(t *testing.T) {
+	p, err := Parse([]byte(header + "gpus: [{model: h200-sxm-141gb, count: 2, devices: [{migEnabled: true, migDevices: [3g.71gb]}]}]\n"))
+	require.NoError(t, err)
+	s := NewServer(p, "n1")
+	require.Equal(t, nvml.SUCCESS, s.Init())
+	d, ret := s.DeviceGetHandleByIndex(0)
+	require.Equal(t, nvml.SUCCESS, ret)
+	other, _ := s.DeviceGetHandleByIndex(1)
+	id, _ := d.GetUUID()
+	serial, _ := d.GetSerial()
+	migDev, ret := d.GetMigDeviceHandleByIndex(0)
+	require.Equal(t, nvml.SUCCESS, ret)
+	migID, _ := migDev.GetUUID()
+	gi, ret := d.GetGpuInstanceById(2)
+	require.Equal(t, nvml.SUCCESS, ret)
+	ci, ret := gi.GetComputeInstanceById(0)
+	require.Equal(t, nvml.SUCCESS, ret)
+	set, _ := s.EventSetCreate()
+
+	require.NoError(t, s.SetLost(id, true))
+	calls := map[string]func() nvml.Return{
+		"GetUUID":                    func() nvml.Return { _, r := d.GetUUID(); return r },
+		"GetName":                    func() nvml.Return { _, r := d.GetName(); return r },
+		"GetMinorNumber":             func() nvml.Return { _, r := d.GetMinorNumber(); return r },
+		"GetMemoryInfo":              func() nvml.Return { _, r := d.GetMemoryInfo(); return r },
+		"GetPciInfo":                 func() nvml.Return { _, r := d.GetPciInfo(); return r },
+		"GetMigMode":                 func() nvml.Return { _, _, r := d.GetMigMode(); return r },
+		"GetMigDeviceHandleByIndex":  func() nvml.Return { _, r := d.GetMigDeviceHandleByIndex(0); return r },
+		"GetFieldValues":             func() nvml.Return { return d.GetFieldValues([]nvml.FieldValue{{}}) },
+		"GetSupportedEventTypes":     func() nvml.Return { _, r := d.GetSupportedEventTypes(); return r },
+		"RegisterEvents":             func() nvml.Return { return d.RegisterEvents(nvml.EventTypeXidCriticalError, set) },
+		"GetPowerUsage (unmodelled)": func() nvml.Return { _, r := d.GetPowerUsage(); return r },
+		"DeviceGetName (forwarded)":  func() nvml.Return { _, r := s.DeviceGetName(d); return r },
+		"DeviceGetHandleByIndex":     func() nvml.Return { _, r := s.DeviceGetHandleByIndex(0); return r },
+		"DeviceGetHandleByUUID":      func() nvml.Return { _, r := s.DeviceGetHandleByUUID(id); return r },
+		"DeviceGetHandleByPciBusId":  func() nvml.Return { _, r := s.DeviceGetHandleByPciBusId(p.GPUs[0].PCIBusID); return r },
+		"DeviceGetHandleBySerial":    func() nvml.Return { _, r := s.DeviceGetHandleBySerial(serial); return r },
+		"MIG device GetUUID":         func() nvml.Return { _, r := migDev.GetUUID(); return r },
+		"MIG device by UUID":         func() nvml.Return { _, r := s.DeviceGetHandleByUUID(migID); return r },
+		"GPU instance GetInfo":       func() nvml.Return { _, r := gi.GetInfo(); return r },
+		"compute instance GetInfo":   func() nvml.Return { _, r := ci.GetInfo(); return r },
+		"compute instance Destroy":   ci.Destroy,
+	}
+	for name, call := range calls {
+		assert.Equal(t, nvml.ERROR_GPU_IS_LOST, call(), name)
+	}
+	n, ret := s.DeviceGetCount()
+	require.Equal(t, nvml.SUCCESS, ret)
+	assert.Equal(t, 2, n, "NVML still counts a lost GPU")
+	_, ret = other.GetUUID()
+	assert.Equal(t, nvml.SUCCESS, ret, "the other GPU answers")
+
+	require.NoError(t, s.Reset(id))
+	for name, call := range calls {
+		want := nvml.SUCCESS
+		switch name {
+		case "GetPowerUsage (unmodelled)":
+			want = nvml.ERROR_NOT_SUPPORTED
+		case "compute instance Destroy", "compute instance GetInfo":
+			continue // not destroyed while lost; checked below
+		}
+		assert.Equal(t, want, call(), "after the reset: %s", name)
+	}
+	_, ret = ci.GetInfo()
+	assert.Equal(t, nvml.SUCCESS, ret, "the compute instance survived the lost period")
+	h, ret := s.DeviceGetHandleByIndex(0)
+	require.Equal(t, nvml.SUCCESS, ret)
+	assert.Same(t, d, h, "the same handle answers again")
+}
+
+// A lost GPU and its MIG devices still have a key (for the events that
+// name them), without answering any call.
+func TestKeyOfLostGPU(t *testing.T) {
+	p, err := Parse([]byte(header + "gpus: [{model: h200-sxm-141gb, count: 2, devices: [{}, {migEnabled: true, migDevices: [3g.71gb]}]}]\n"))
+	require.NoError(t, err)
+	s := NewServer(p, "n1")
+	require.Equal(t, nvml.SUCCESS, s.Init())
+	d, _ := s.DeviceGetHandleByIndex(1)
+	m, ret := d.GetMigDeviceHandleByIndex(0)
+	require.Equal(t, nvml.SUCCESS, ret)
+	id, _ := d.GetUUID()
+	require.NoError(t, s.SetLost(id, true))
+	k, ok := KeyOf(d)
+	assert.True(t, ok)
+	assert.Equal(t, DeviceKey{GPU: 1}, k)
+	k, ok = KeyOf(m)
+	assert.True(t, ok)
+	assert.Equal(t, DeviceKey{GPU: 1, MIG: true, GPUInstance: 2, ComputeInstance: 0}, k)
+	_, ok = KeyOf(nil)
+	assert.False(t, ok)
+}
