@@ -93,12 +93,17 @@ type Plugin struct {
 	MetricsAddr net.Addr
 	gpus        *GPUNode
 	leader      *sliceLeader
+	// stopBackground ends the health monitor and the other background
+	// work and waits for the monitor.
+	stopBackground func()
 }
 
 // Stop stops serving, hands publishing over to another instance of the
 // node (if one waits) and releases NVML. Prepared claims stay prepared.
 func (p *Plugin) Stop() {
 	p.Helper.Stop()
+	// The health monitor calls NVML: it ends before NVML is shut down.
+	p.stopBackground()
 	p.leader.stop()
 	p.gpus.Close()
 }
@@ -207,10 +212,18 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		helper.Stop()
 		return nil, err
 	}
-	driver.startBackground(ctx)
+	bgCtx, bgCancel := context.WithCancel(ctx)
+	driver.startBackground(bgCtx)
+	stopBackground := func() {
+		bgCancel()
+		if hs != nil {
+			hs.wait()
+		}
+	}
 	logger.Info("gpu-kubelet-plugin running", "node", o.NodeName, "driver", o.DriverName, "gpus", len(gpus.Node.GPUs),
 		"cdiRoot", o.CDIRoot, "dataDir", o.PluginDataDir())
-	return &Plugin{Helper: helper, Manager: manager, MetricsAddr: metricsAddr, gpus: gpus, leader: leader}, nil
+	return &Plugin{Helper: helper, Manager: manager, MetricsAddr: metricsAddr, gpus: gpus, leader: leader,
+		stopBackground: stopBackground}, nil
 }
 
 func kubeClient(o *Options) (kubernetes.Interface, error) {

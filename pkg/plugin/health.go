@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -38,6 +39,8 @@ func (o *Options) addHealthFlags(fs *pflag.FlagSet) {
 type healthService struct {
 	mon *health.Monitor
 	pub *publisher
+	// running is done when the monitor's loop has returned.
+	running sync.WaitGroup
 }
 
 // newHealthService creates the monitor (probed once, not started) or
@@ -100,8 +103,16 @@ func (hs *healthService) run(ctx context.Context, onChange func(context.Context,
 			}
 		}
 	}()
-	go hs.mon.Run(ctx)
+	hs.running.Add(1)
+	go func() {
+		defer hs.running.Done()
+		hs.mon.Run(ctx)
+	}()
 }
+
+// wait returns when the monitor started by run has stopped (its context is
+// done).
+func (hs *healthService) wait() { hs.running.Wait() }
 
 // watch serves one kubelet health stream.
 func (hs *healthService) watch(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
