@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,6 +150,9 @@ func testRollingUpdate(t *testing.T, ns string) {
 	}
 	surge := exec.Command(args[0], args[1:]...)
 	surge.Env = append(pluginEnv("", ""), "POD_UID="+newUID)
+	// The command is unshare with the plugin as its child, in a process
+	// group of their own: killing the group ends both.
+	surge.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	surge.Stdout, surge.Stderr = logFile, logFile
 	handover := make(chan error, 1)
 	go func() {
@@ -176,7 +180,9 @@ func testRollingUpdate(t *testing.T, ns string) {
 		handover <- err
 	}()
 	t.Cleanup(func() {
-		_ = surge.Process.Kill()
+		if surge.Process != nil {
+			_ = syscall.Kill(-surge.Process.Pid, syscall.SIGKILL)
+		}
 		_ = surge.Wait()
 		_ = logFile.Close()
 	})

@@ -194,7 +194,7 @@ start_plugin() {
 	mkdir -p "$mnt"
 	[[ -f $dir/plugin-flags ]] && mapfile -t extra <"$dir/plugin-flags"
 	start_component "plugin-$node" unshare --mount --pid --fork --mount-proc --propagation private -- \
-		/bin/sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh "$(driver_root "$node")" "$mnt" \
+		"$REPO_ROOT/test/cluster/lib/in-pod.sh" "$(driver_root "$node")" "$mnt" \
 		"${GPUDRA_PLUGIN_BIN:-$BIN_DIR/gpu-kubelet-plugin}" \
 		"${chart[@]}" \
 		--node-name "$node" \
