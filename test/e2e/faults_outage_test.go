@@ -260,7 +260,21 @@ func pluginCommand(t *testing.T) []string {
 	if last == "" {
 		t.Fatal("no plugin command line in the plugin log")
 	}
-	return strings.Fields(last) // cluster.sh paths have no spaces (printf %q)
+	// cluster.sh logs it with printf %q: paths have no spaces, and a
+	// backslash escapes the next character (e.g. the commas of
+	// --health-ignored-xids=13,31,...).
+	args := strings.Fields(last)
+	for i, a := range args {
+		var b strings.Builder
+		for j := 0; j < len(a); j++ {
+			if a[j] == '\\' && j+1 < len(a) {
+				j++
+			}
+			b.WriteByte(a[j])
+		}
+		args[i] = b.String()
+	}
+	return args
 }
 
 func lastLine(s, containing string) string {
