@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -108,4 +109,37 @@ func (c *CachedEdits) Device(gpu *model.GPU) (*cdispec.ContainerEdits, error) {
 		return nil, fmt.Errorf("no CDI edits known for GPU %s (%s): it was not present when the plugin started", gpu.DeviceName(), gpu.UUID)
 	}
 	return e, nil
+}
+
+// HostPath is a file on the host that a container runtime opens for a CDI
+// edit: a device node, the source of a bind mount, or a hook's program.
+type HostPath struct {
+	Path string
+	// Kind is "device node", "mount" or "hook".
+	Kind string
+	// Node is the device node, for Kind "device node".
+	Node *cdispec.DeviceNode
+}
+
+// HostPaths lists the host paths that edits name: each device node's host
+// path (its path when it names none), each mount's source that is a path
+// (mounts of pseudo file systems have none), each hook's program.
+func HostPaths(e *cdispec.ContainerEdits) []HostPath {
+	var out []HostPath
+	for _, d := range e.DeviceNodes {
+		p := d.HostPath
+		if p == "" {
+			p = d.Path
+		}
+		out = append(out, HostPath{Path: p, Kind: "device node", Node: d})
+	}
+	for _, m := range e.Mounts {
+		if strings.HasPrefix(m.HostPath, "/") {
+			out = append(out, HostPath{Path: m.HostPath, Kind: "mount"})
+		}
+	}
+	for _, h := range e.Hooks {
+		out = append(out, HostPath{Path: h.Path, Kind: "hook"})
+	}
+	return out
 }

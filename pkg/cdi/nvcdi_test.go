@@ -64,7 +64,8 @@ func TestNvcdiEditsNameHostPaths(t *testing.T) {
 			}
 			var libs int
 			for _, e := range all {
-				for _, p := range editHostPaths(e) {
+				for _, hp := range HostPaths(e) {
+					p := hp.Path
 					require.True(t, strings.HasPrefix(p, tc.wantRoot+"/"), "host path %s is not under %s", p, tc.wantRoot)
 					// The same file, seen from here.
 					_, err := os.Lstat(seen + strings.TrimPrefix(p, tc.wantRoot))
@@ -78,24 +79,6 @@ func TestNvcdiEditsNameHostPaths(t *testing.T) {
 			require.Len(t, edits.devices, len(node.GPUs))
 		})
 	}
-}
-
-func editHostPaths(e *cdispec.ContainerEdits) []string {
-	var out []string
-	for _, d := range e.DeviceNodes {
-		if d.HostPath != "" {
-			out = append(out, d.HostPath)
-		} else {
-			out = append(out, d.Path)
-		}
-	}
-	for _, m := range e.Mounts {
-		out = append(out, m.HostPath)
-	}
-	for _, h := range e.Hooks {
-		out = append(out, h.Path)
-	}
-	return out
 }
 
 // TestProcMIGCapsHostDevRoot: capability nodes of a driver root that brings

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/pkg/cdi"
 )
 
 // TestPluginRunsInTheChartShape: each node's plugin runs the real NVML/nvcdi
@@ -81,18 +83,8 @@ func TestPluginRunsInTheChartShape(t *testing.T) {
 
 func specHostPaths(e *cdispec.ContainerEdits) []string {
 	var out []string
-	for _, d := range e.DeviceNodes {
-		if d.HostPath != "" {
-			out = append(out, d.HostPath)
-		} else {
-			out = append(out, d.Path)
-		}
-	}
-	for _, m := range e.Mounts {
-		out = append(out, m.HostPath)
-	}
-	for _, h := range e.Hooks {
-		out = append(out, h.Path)
+	for _, p := range cdi.HostPaths(e) {
+		out = append(out, p.Path)
 	}
 	return out
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/pkg/cdi"
 )
 
 // checkHostPaths refuses CDI devices whose specs name host paths that do not
@@ -23,8 +25,8 @@ func (r *Runtime) checkHostPaths(names []string) error {
 		}
 		for _, e := range []*cdispec.ContainerEdits{&dev.ContainerEdits, &dev.GetSpec().ContainerEdits} {
 			for _, p := range hostPaths(e) {
-				if _, err := os.Stat(p.path); err != nil {
-					errs = append(errs, fmt.Errorf("CDI device %s (spec %s): %s %s: %w", name, dev.GetSpec().GetPath(), p.what, p.path, err))
+				if _, err := os.Stat(p.Path); err != nil {
+					errs = append(errs, fmt.Errorf("CDI device %s (spec %s): %s %s: %w", name, dev.GetSpec().GetPath(), p.Kind, p.Path, err))
 				}
 			}
 		}
@@ -32,28 +34,17 @@ func (r *Runtime) checkHostPaths(names []string) error {
 	return errors.Join(errs...)
 }
 
-type hostPath struct{ what, path string }
-
 // hostPaths lists the host paths that a container runtime opens for edits.
-func hostPaths(e *cdispec.ContainerEdits) []hostPath {
-	var out []hostPath
-	for _, d := range e.DeviceNodes {
-		p := d.HostPath
-		if p == "" {
-			p = d.Path
+// A device node given by its numbers at its own path needs no host file (the
+// runtime creates it); one named at another host path, or without numbers,
+// is read from the host.
+func hostPaths(e *cdispec.ContainerEdits) []cdi.HostPath {
+	var out []cdi.HostPath
+	for _, p := range cdi.HostPaths(e) {
+		if p.Node != nil && p.Path == p.Node.Path && p.Node.Major != 0 {
+			continue
 		}
-		// A node given by its numbers at its own path needs no host file
-		// (the runtime creates it); one named at another host path, or
-		// without numbers, is read from the host.
-		if p != d.Path || d.Major == 0 {
-			out = append(out, hostPath{"device node", p})
-		}
-	}
-	for _, m := range e.Mounts {
-		out = append(out, hostPath{"mount source", m.HostPath})
-	}
-	for _, h := range e.Hooks {
-		out = append(out, hostPath{h.HookName + " hook", h.Path})
+		out = append(out, p)
 	}
 	return out
 }

@@ -159,12 +159,12 @@ func TestCreateContainerMissingHostPathFails(t *testing.T) {
 	}{
 		{"library mount", cdispec.ContainerEdits{Mounts: []*cdispec.Mount{{
 			HostPath: "/driver-root/usr/lib/x86_64-linux-gnu/libcuda.so.1", ContainerPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
-			Options: []string{"ro", "bind"}}}}, "mount source /driver-root/usr/lib/x86_64-linux-gnu/libcuda.so.1"},
+			Options: []string{"ro", "bind"}}}}, "mount /driver-root/usr/lib/x86_64-linux-gnu/libcuda.so.1"},
 		{"device node", cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{
 			Path: "/dev/nvidiactl", HostPath: "/driver-root/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}}}, "device node /driver-root/dev/nvidiactl"},
 		{"hook", cdispec.ContainerEdits{Hooks: []*cdispec.Hook{{
 			HookName: "createContainer", Path: "/driver-root/usr/bin/nvidia-cdi-hook", Args: []string{"nvidia-cdi-hook", "update-ldcache"}}}},
-			"createContainer hook /driver-root/usr/bin/nvidia-cdi-hook"},
+			"hook /driver-root/usr/bin/nvidia-cdi-hook"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := startRuntime(t, Options{})

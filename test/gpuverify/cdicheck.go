@@ -14,6 +14,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/model"
 )
 
@@ -69,21 +70,12 @@ type hostPath struct {
 func hostPaths(spec *cdispec.Spec) []hostPath {
 	seen := map[string]hostPath{}
 	add := func(e *cdispec.ContainerEdits) {
-		for _, d := range e.DeviceNodes {
-			p := d.HostPath
-			if p == "" {
-				p = d.Path
+		for _, p := range cdi.HostPaths(e) {
+			hp := hostPath{path: p.Path, kind: p.Kind}
+			if p.Node != nil {
+				hp.devType = p.Node.Type
 			}
-			seen[p] = hostPath{path: p, kind: "device node", devType: d.Type}
-		}
-		for _, m := range e.Mounts {
-			// Mounts of pseudo file systems (no host path) name no file.
-			if strings.HasPrefix(m.HostPath, "/") {
-				seen[m.HostPath] = hostPath{path: m.HostPath, kind: "mount"}
-			}
-		}
-		for _, h := range e.Hooks {
-			seen[h.Path] = hostPath{path: h.Path, kind: "hook"}
+			seen[p.Path] = hp
 		}
 	}
 	add(&spec.ContainerEdits)
