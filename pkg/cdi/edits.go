@@ -67,13 +67,15 @@ type CachedEdits struct {
 	devices map[string]*cdispec.ContainerEdits // by GPU UUID
 	// unreachable GPUs did not answer NVML at start, by UUID.
 	unreachable map[string]bool
+	// failed GPUs answered discovery, but their edits failed, by UUID.
+	failed map[string]error
 }
 
 // NewCachedEdits asks the provider for the common edits and the edits of each
-// GPU of the node. A GPU the provider cannot describe fails start-up: the
-// plugin would otherwise hand out GPUs that containers cannot open. A GPU
-// published from its last known identity (model.GPU.Unreachable) is not
-// asked about: NVML cannot describe it, and it cannot be prepared.
+// GPU of the node. A GPU the plugin could not describe at discovery
+// (Unreachable) gets none. A GPU whose edits fail (it fell off the bus
+// between discovery and now) does not stop the plugin: it is listed in
+// Failed, gets no edits, and a prepare on it fails with the reason.
 func NewCachedEdits(p EditsProvider, gpus []model.GPU) (*CachedEdits, error) {
 	common, err := p.Common()
 	if err != nil {
@@ -88,7 +90,11 @@ func NewCachedEdits(p EditsProvider, gpus []model.GPU) (*CachedEdits, error) {
 		}
 		e, err := p.Device(&gpus[i])
 		if err != nil {
-			return nil, fmt.Errorf("compute CDI edits of GPU %s (%s): %w", gpus[i].DeviceName(), gpus[i].UUID, err)
+			if c.failed == nil {
+				c.failed = map[string]error{}
+			}
+			c.failed[gpus[i].UUID] = fmt.Errorf("compute CDI edits of GPU %s (%s): %w", gpus[i].DeviceName(), gpus[i].UUID, err)
+			continue
 		}
 		c.devices[gpus[i].UUID] = e
 	}
@@ -105,11 +111,17 @@ func (c *CachedEdits) Device(gpu *model.GPU) (*cdispec.ContainerEdits, error) {
 		return nil, fmt.Errorf("GPU %s (%s) did not answer NVML when the plugin started (it is published from its last known identity, "+
 			"tainted gpu.gpudra.io/lost); it cannot be prepared until it is repaired and the plugin restarted", gpu.DeviceName(), gpu.UUID)
 	}
+	if err := c.failed[gpu.UUID]; !ok && err != nil {
+		return nil, fmt.Errorf("%w; it cannot be prepared until it is repaired and the plugin restarted", err)
+	}
 	if !ok {
 		return nil, fmt.Errorf("no CDI edits known for GPU %s (%s): it was not present when the plugin started", gpu.DeviceName(), gpu.UUID)
 	}
 	return e, nil
 }
+
+// Failed lists the GPUs (by UUID) whose edits could not be computed, with why.
+func (c *CachedEdits) Failed() map[string]error { return c.failed }
 
 // HostPath is a file on the host that a container runtime opens for a CDI
 // edit: a device node, the source of a bind mount, or a hook's program.

@@ -185,10 +185,15 @@ func (failingEdits) Device(*model.GPU) (*cdispec.ContainerEdits, error) {
 func TestCachedEditsUnreachableGPU(t *testing.T) {
 	lost := slices.Clone(gpus)
 	lost[1].Unreachable = "gpu-is-lost"
-	_, err := NewCachedEdits(failingEdits{}, lost)
-	require.ErrorContains(t, err, "GPU is lost", "a GPU that answered must be described")
-	edits, err := NewCachedEdits(failingEdits{}, lost[1:])
-	require.NoError(t, err)
+	// gpus[0] answered discovery but fell off the bus before its edits: it
+	// does not stop the plugin, it is listed as failed and never prepared.
+	edits, err := NewCachedEdits(failingEdits{}, lost)
+	require.NoError(t, err, "one GPU's edits never stop the plugin")
+	require.Len(t, edits.Failed(), 1)
+	require.ErrorContains(t, edits.Failed()[lost[0].UUID], "GPU is lost")
+	_, err = edits.Device(&lost[0])
+	require.ErrorContains(t, err, "GPU is lost")
+	require.ErrorContains(t, err, "cannot be prepared until it is repaired")
 	_, err = edits.Device(&lost[1])
 	require.ErrorContains(t, err, "did not answer NVML when the plugin started")
 }

@@ -131,7 +131,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 			gpus.Close()
 		}
 	}()
-	edits, err := gpus.Edits(o)
+	edits, err := gpus.Edits(ctx, o)
 	if err != nil {
 		return nil, err
 	}

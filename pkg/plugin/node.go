@@ -68,13 +68,26 @@ func (n *GPUNode) Close() {
 }
 
 // Edits returns the CDI edits of the node's GPUs, found by NVIDIA's nvcdi
-// under the driver root and named as the host sees them. Computed once.
-func (n *GPUNode) Edits(o *Options) (*cdi.CachedEdits, error) {
+// under the driver root and named as the host sees them. Computed once. A
+// GPU whose edits fail (it fell off the bus since discovery) becomes
+// unreachable: published tainted lost, never prepared, never fatal.
+func (n *GPUNode) Edits(ctx context.Context, o *Options) (*cdi.CachedEdits, error) {
 	p, err := cdi.NewNvcdiEdits(n.Lib, cdi.OptionsFor(o.roots(), o.NvidiaCDIHookPath))
 	if err != nil {
 		return nil, err
 	}
-	return cdi.NewCachedEdits(p, n.Node.GPUs)
+	edits, err := cdi.NewCachedEdits(p, n.Node.GPUs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range n.Node.GPUs {
+		g := &n.Node.GPUs[i]
+		if err := edits.Failed()[g.UUID]; err != nil {
+			g.Unreachable = discovery.LostReason(err)
+			klog.FromContext(ctx).Error(err, "GPU published as unreachable", "gpu", g.DeviceName(), "uuid", g.UUID, "reason", g.Unreachable)
+		}
+	}
+	return edits, nil
 }
 
 // EnableMIG lets the CDI writer describe MIG devices when the node publishes

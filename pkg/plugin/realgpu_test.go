@@ -43,7 +43,7 @@ func TestRealNVML(t *testing.T) {
 	gpus, err := OpenNode(ctx, o)
 	require.NoError(t, err)
 	defer gpus.Close()
-	edits, err := gpus.Edits(o)
+	edits, err := gpus.Edits(ctx, o)
 	require.NoError(t, err, "nvcdi must describe the driver's files")
 	common, err := edits.Common()
 	require.NoError(t, err)
