@@ -206,11 +206,19 @@ func checkPrepared(s *Section, what string, res *ClaimResult, devs []kubeletplug
 }
 
 func checkUnprepared(p *preparer, uid string) error {
-	if has, err := p.writer.HasClaim(uid); err != nil || has {
-		return fmt.Errorf("CDI spec %s still there (%v)", p.writer.SpecPath(uid), err)
+	has, err := p.writer.HasClaim(uid)
+	switch {
+	case err != nil:
+		return fmt.Errorf("look for the CDI spec %s: %w", p.writer.SpecPath(uid), err)
+	case has:
+		return fmt.Errorf("CDI spec %s still there", p.writer.SpecPath(uid))
 	}
-	if rec, err := p.store.Get(uid); err != nil || rec != nil {
-		return fmt.Errorf("checkpoint record still there (%v)", err)
+	rec, err := p.store.Get(uid)
+	switch {
+	case err != nil:
+		return fmt.Errorf("read the checkpoint record: %w", err)
+	case rec != nil:
+		return fmt.Errorf("checkpoint record still there")
 	}
 	return nil
 }

@@ -41,14 +41,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "Log verbosity of the plugin code (logs go to stderr).")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: gpudra-gpu-verify [flags]\n\n%s\n\nFlags:\n", gpuverify.ReadOnlyStatement)
+		_, _ = fmt.Fprintf(stderr, "Usage: gpudra-gpu-verify [flags]\n\n%s\n\nFlags:\n", gpuverify.ReadOnlyStatement)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected arguments %v\n", fs.Args())
+		_, _ = fmt.Fprintf(stderr, "unexpected arguments %v\n", fs.Args())
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg.Watch, cfg.ProbeInterval, cfg.TempDir, cfg.ShowSlices = *watch, *probeInterval, *tmpDir, *showSlices
 	report, err := gpuverify.Run(ctx, cfg)
 	if err != nil {
-		fmt.Fprintln(stderr, "Error:", err)
+		_, _ = fmt.Fprintln(stderr, "Error:", err)
 		return 2
 	}
 	klog.Flush()
@@ -71,7 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = report.WriteText(stdout)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "Error: write the report:", err)
+		_, _ = fmt.Fprintln(stderr, "Error: write the report:", err)
 		return 2
 	}
 	if !report.OK() {
