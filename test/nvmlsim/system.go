@@ -67,47 +67,34 @@ func (l *Library) DeviceGetHandleByIndex(name string, index uint32, device unsaf
 }
 
 // DeviceGetHandleByUUID is nvmlDeviceGetHandleByUUID: GPU and MIG UUIDs.
-func (l *Library) DeviceGetHandleByUUID(uuid, device unsafe.Pointer) (ret nvml.Return) {
-	defer l.recoverPanic("nvmlDeviceGetHandleByUUID", &ret)
-	s, ret := l.enter("nvmlDeviceGetHandleByUUID")
-	if ret != nvml.SUCCESS {
-		return ret
-	}
-	id, ok := loadString(uuid)
-	if !ok || device == nil {
-		return nvml.ERROR_INVALID_ARGUMENT
-	}
-	d, ret := s.srv.DeviceGetHandleByUUID(id)
-	return l.storeDevice(device, d, ret)
+func (l *Library) DeviceGetHandleByUUID(uuid, device unsafe.Pointer) nvml.Return {
+	return l.handleByString("nvmlDeviceGetHandleByUUID", uuid, device, nvml.Interface.DeviceGetHandleByUUID)
 }
 
 // DeviceGetHandleByPciBusId is nvmlDeviceGetHandleByPciBusId(_v2).
-func (l *Library) DeviceGetHandleByPciBusId(name string, busID, device unsafe.Pointer) (ret nvml.Return) {
+func (l *Library) DeviceGetHandleByPciBusId(name string, busID, device unsafe.Pointer) nvml.Return {
+	return l.handleByString(name, busID, device, nvml.Interface.DeviceGetHandleByPciBusId)
+}
+
+// DeviceGetHandleBySerial is nvmlDeviceGetHandleBySerial.
+func (l *Library) DeviceGetHandleBySerial(serial, device unsafe.Pointer) nvml.Return {
+	return l.handleByString("nvmlDeviceGetHandleBySerial", serial, device, nvml.Interface.DeviceGetHandleBySerial)
+}
+
+// handleByString looks a device up by the C string key and writes its
+// handle to device.
+func (l *Library) handleByString(name string, key, device unsafe.Pointer,
+	lookup func(nvml.Interface, string) (nvml.Device, nvml.Return)) (ret nvml.Return) {
 	defer l.recoverPanic(name, &ret)
 	s, ret := l.enter(name)
 	if ret != nvml.SUCCESS {
 		return ret
 	}
-	id, ok := loadString(busID)
+	id, ok := loadString(key)
 	if !ok || device == nil {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
-	d, ret := s.srv.DeviceGetHandleByPciBusId(id)
-	return l.storeDevice(device, d, ret)
-}
-
-// DeviceGetHandleBySerial is nvmlDeviceGetHandleBySerial.
-func (l *Library) DeviceGetHandleBySerial(serial, device unsafe.Pointer) (ret nvml.Return) {
-	defer l.recoverPanic("nvmlDeviceGetHandleBySerial", &ret)
-	s, ret := l.enter("nvmlDeviceGetHandleBySerial")
-	if ret != nvml.SUCCESS {
-		return ret
-	}
-	id, ok := loadString(serial)
-	if !ok || device == nil {
-		return nvml.ERROR_INVALID_ARGUMENT
-	}
-	d, ret := s.srv.DeviceGetHandleBySerial(id)
+	d, ret := lookup(s.srv, id)
 	return l.storeDevice(device, d, ret)
 }
 
