@@ -31,7 +31,7 @@ func TestLostGPUThenPluginRestart(t *testing.T) {
 		clusterCmd(t, "restart-plugin", node)
 	})
 	clusterCmd(t, "inject-fault", node, lost, "xid", "79")
-	waitTaints(t, node, lost, func(ts []resourceapi.DeviceTaint) bool { return noExecute(ts) })
+	waitTaints(t, node, lost, noExecute)
 
 	clusterCmd(t, "restart-plugin", node) // waits until it serves its sockets and is registered
 	taints := waitTaints(t, node, lost, func(ts []resourceapi.DeviceTaint) bool {
