@@ -17,7 +17,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
-targets=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl)
+targets=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy kubectl)
 total=${#targets[@]}; i=0
 for name in "${targets[@]}"; do
   i=$((i+1))

@@ -1,0 +1,121 @@
+// Command gpudra-cluster runs the local cluster of test/localcluster: a real
+// control plane, per simulated GPU node a containerd and a kubelet, and the
+// driver installed with its Helm chart.
+//
+//	gpudra-cluster up [--nodes "gpu-h100=dgx-h100 gpu-mixed=mixed"]
+//	gpudra-cluster down | status | kubeconfig
+//	gpudra-cluster helm-upgrade [KEY=VALUE...]   # helm upgrade, wait for the rollout
+//	gpudra-cluster restart-plugin NODE           # delete the node's plugin pod, wait for the new one
+//	gpudra-cluster inject-fault NODE GPU FAULT... | clear-faults NODE
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/gpudra/gpudra/test/localcluster"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "gpudra-cluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	def := localcluster.DefaultConfig(repoRoot(wd))
+	fs := flag.NewFlagSet("gpudra-cluster", flag.ExitOnError)
+	dir := fs.String("dir", envOr("GPUDRA_LOCALCLUSTER_DIR", def.Dir), "cluster directory")
+	nodes := fs.String("nodes", os.Getenv("GPUDRA_LOCALCLUSTER_NODES"), "up: NAME=PROFILE list (default: "+nodeList(def.Nodes)+")")
+	wait := fs.Duration("wait-timeout", def.WaitTimeout, "up: time allowed per readiness step")
+	if len(os.Args) < 2 {
+		return fmt.Errorf("usage: gpudra-cluster up|down|status|kubeconfig|helm-upgrade|restart-plugin|inject-fault|clear-faults (see the package doc)")
+	}
+	cmd := os.Args[1]
+	if err := fs.Parse(os.Args[2:]); err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	args := fs.Args()
+	if cmd == "up" {
+		cfg := def
+		cfg.Dir, cfg.WaitTimeout = *dir, *wait
+		if *nodes != "" {
+			if cfg.Nodes, err = localcluster.ParseNodes(*nodes); err != nil {
+				return err
+			}
+		}
+		start := time.Now()
+		if err := localcluster.New(cfg, os.Stdout).Up(ctx); err != nil {
+			return err
+		}
+		fmt.Printf("cluster up in %.1fs\n", time.Since(start).Seconds())
+		return nil
+	}
+	c, err := localcluster.Open(*dir, os.Stdout)
+	if err != nil {
+		if cmd == "down" {
+			fmt.Println("no cluster in", *dir)
+			return nil
+		}
+		return err
+	}
+	switch {
+	case cmd == "down":
+		return c.Down(ctx)
+	case cmd == "status":
+		return c.Status(ctx)
+	case cmd == "kubeconfig":
+		fmt.Println(c.AdminKubeconfig())
+		return nil
+	case cmd == "helm-upgrade":
+		return c.InstallDriver(ctx, args...)
+	case cmd == "restart-plugin" && len(args) == 1:
+		return c.RestartPlugin(ctx, args[0])
+	case cmd == "inject-fault" && len(args) >= 3:
+		return c.InjectFault(args[0], args[1:]...)
+	case cmd == "clear-faults" && len(args) == 1:
+		return c.ClearFaults(args[0])
+	}
+	return fmt.Errorf("unknown command or wrong arguments: %s %v", cmd, args)
+}
+
+// repoRoot finds the checkout from the working directory (make runs us there).
+func repoRoot(wd string) string {
+	for d := wd; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "deployments", "helm", "gpudra", "Chart.yaml")); err == nil {
+			return d
+		}
+	}
+	return wd
+}
+
+func envOr(k, v string) string {
+	if s := os.Getenv(k); s != "" {
+		return s
+	}
+	return v
+}
+
+func nodeList(nodes []localcluster.NodeSpec) string {
+	s := ""
+	for i, n := range nodes {
+		if i > 0 {
+			s += " "
+		}
+		s += n.Name + "=" + n.Profile
+	}
+	return s
+}

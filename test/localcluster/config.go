@@ -1,0 +1,219 @@
+package localcluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// NodeSpec is one simulated GPU node: its name and simulation profile (a
+// built-in name such as dgx-h100, or a profile file).
+type NodeSpec struct {
+	Name    string `json:"name"`
+	Profile string `json:"profile"`
+}
+
+// Config of a cluster. `up` records it in cluster.json; later commands act
+// on the cluster that runs, whatever their flags say.
+type Config struct {
+	// Dir holds everything of the cluster (Layout).
+	Dir string `json:"dir"`
+	// RepoRoot is the gpudra checkout: the chart, the images, the binaries.
+	RepoRoot string `json:"repoRoot"`
+	// BinDir holds the Kubernetes, containerd and gpudra binaries.
+	BinDir string `json:"binDir"`
+	// ImagesDir holds the OCI image tarballs (make images).
+	ImagesDir string `json:"imagesDir"`
+	// Helm is the helm binary; SimNVMLLibrary the simulated libnvidia-ml.
+	Helm           string `json:"helm"`
+	SimNVMLLibrary string `json:"simNVMLLibrary"`
+	// Runc and CNIBinDir come from Debian's runc and containernetworking-plugins.
+	Runc      string `json:"runc"`
+	CNIBinDir string `json:"cniBinDir"`
+
+	Nodes []NodeSpec `json:"nodes"`
+	// HostIP is every node's InternalIP and the API server's advertise
+	// address: pods reach the API server there through the kubernetes Service.
+	HostIP      string `json:"hostIP"`
+	ServiceCIDR string `json:"serviceCIDR"`
+	// PodCIDR is split into one /24 per node, in node order.
+	PodCIDR string `json:"podCIDR"`
+
+	EtcdPort, EtcdPeerPort, APIServerPort, SchedulerPort, ControllerManagerPort int
+	// KubeletPort and KubeletHealthzPort are the first node's; +1 per node.
+	KubeletPort, KubeletHealthzPort            int
+	KubeProxyHealthzPort, KubeProxyMetricsPort int
+
+	// Release and Namespace of the Helm installation; Values are extra
+	// `--set` values (key=value) on top of values-simulated.yaml.
+	Release   string   `json:"release"`
+	Namespace string   `json:"namespace"`
+	Values    []string `json:"values"`
+
+	Verbosity   int           `json:"verbosity"`
+	WaitTimeout time.Duration `json:"waitTimeout"`
+	StopTimeout time.Duration `json:"stopTimeout"`
+}
+
+// DefaultConfig is a two-node cluster like the fast (fake runtime) one, on
+// ports of its own so that both can run on one host.
+func DefaultConfig(repoRoot string) Config {
+	out := filepath.Join(repoRoot, "_output")
+	return Config{
+		Dir:            filepath.Join(out, "localcluster"),
+		RepoRoot:       repoRoot,
+		BinDir:         filepath.Join(out, "bin"),
+		ImagesDir:      filepath.Join(out, "images"),
+		Helm:           filepath.Join(out, "tools", "helm"),
+		SimNVMLLibrary: filepath.Join(out, "lib", "libnvidia-ml-sim.so"),
+		Runc:           "/usr/sbin/runc",
+		CNIBinDir:      "/usr/lib/cni",
+		Nodes:          []NodeSpec{{"gpu-h100", "dgx-h100"}, {"gpu-mixed", "mixed"}},
+		ServiceCIDR:    "10.96.0.0/24",
+		PodCIDR:        "10.244.0.0/16",
+		EtcdPort:       24379, EtcdPeerPort: 24380, APIServerPort: 27443,
+		SchedulerPort: 31259, ControllerManagerPort: 31257,
+		KubeletPort: 31250, KubeletHealthzPort: 31280,
+		KubeProxyHealthzPort: 31256, KubeProxyMetricsPort: 31249,
+		Release: "gpudra", Namespace: "gpudra-system",
+		Values:      []string{"kubeletPlugin.mig=dynamic"},
+		Verbosity:   2,
+		WaitTimeout: 120 * time.Second,
+		StopTimeout: 10 * time.Second,
+	}
+}
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// ParseNodes parses "name=profile name=profile ...".
+func ParseNodes(s string) ([]NodeSpec, error) {
+	var nodes []NodeSpec
+	for _, f := range strings.Fields(s) {
+		name, profile, ok := strings.Cut(f, "=")
+		if !ok || profile == "" || !dnsLabel.MatchString(name) {
+			return nil, fmt.Errorf("node %q: want NAME=PROFILE with NAME a DNS label", f)
+		}
+		nodes = append(nodes, NodeSpec{Name: name, Profile: profile})
+	}
+	if len(nodes) == 0 {
+		return nil, errors.New("no nodes given")
+	}
+	if len(nodes) > 200 {
+		return nil, errors.New("at most 200 nodes (one /24 pod subnet each)")
+	}
+	return nodes, nil
+}
+
+func (c *Config) complete() error {
+	if c.HostIP == "" {
+		ip, err := defaultRouteIP()
+		if err != nil {
+			return fmt.Errorf("find the host IP (set it explicitly): %w", err)
+		}
+		c.HostIP = ip
+	}
+	if net.ParseIP(c.HostIP) == nil || net.ParseIP(c.HostIP).IsLoopback() {
+		return fmt.Errorf("host IP %q: pods reach the API server there, it must be a non-loopback address", c.HostIP)
+	}
+	if _, _, err := net.ParseCIDR(c.PodCIDR); err != nil {
+		return fmt.Errorf("pod CIDR: %w", err)
+	}
+	if len(c.Nodes) == 0 {
+		return errors.New("no nodes")
+	}
+	return nil
+}
+
+// defaultRouteIP is the source address of the default route.
+func defaultRouteIP() (string, error) {
+	conn, err := net.Dial("udp", "192.0.2.1:9") // no packet is sent
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	return conn.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}
+
+func (c *Config) save() error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(Layout{c.Dir}.ConfigFile(), b, 0o644)
+}
+
+// LoadConfig reads the configuration a running cluster recorded in dir.
+func LoadConfig(dir string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(Layout{dir}.ConfigFile())
+	if err != nil {
+		return c, fmt.Errorf("no cluster in %s (run `make cluster-up`): %w", dir, err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("read %s: %w", Layout{dir}.ConfigFile(), err)
+	}
+	return c, nil
+}
+
+// Cluster is a local cluster: its configuration and layout.
+type Cluster struct {
+	Layout
+	cfg    Config
+	out    io.Writer
+	start0 time.Time
+}
+
+// New returns the cluster of cfg; progress goes to out.
+func New(cfg Config, out io.Writer) *Cluster {
+	return &Cluster{Layout: Layout{cfg.Dir}, cfg: cfg, out: out, start0: time.Now()}
+}
+
+// Open returns the cluster recorded in dir.
+func Open(dir string, out io.Writer) (*Cluster, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	return New(cfg, out), nil
+}
+
+// Config is the cluster's configuration.
+func (c *Cluster) Config() Config { return c.cfg }
+
+func (c *Cluster) logf(format string, args ...any) {
+	fmt.Fprintf(c.out, "[%6.1fs] %s\n", time.Since(c.start0).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (c *Cluster) bin(name string) string { return filepath.Join(c.cfg.BinDir, name) }
+
+func (c *Cluster) apiserverURL() string {
+	return fmt.Sprintf("https://127.0.0.1:%d", c.cfg.APIServerPort)
+}
+
+// nodeIndex is a node's position: it picks its ports and pod subnet.
+func (c *Cluster) nodeIndex(name string) (int, error) {
+	for i, n := range c.cfg.Nodes {
+		if n.Name == name {
+			return i, nil
+		}
+	}
+	var names []string
+	for _, n := range c.cfg.Nodes {
+		names = append(names, n.Name)
+	}
+	return 0, fmt.Errorf("unknown node %q (nodes: %s)", name, strings.Join(names, ", "))
+}
+
+// podSubnet is node i's /24 of the pod CIDR.
+func (c *Cluster) podSubnet(i int) string {
+	_, n, _ := net.ParseCIDR(c.cfg.PodCIDR)
+	ip := n.IP.To4()
+	return fmt.Sprintf("%d.%d.%d.0/24", ip[0], ip[1], int(ip[2])+i)
+}

@@ -1,0 +1,222 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	v1alpha1 "github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/deviceclass"
+)
+
+// Client is a clientset with the admin's credentials.
+func (c *Cluster) Client() (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig())
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", c.AdminKubeconfig(), err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	return kubernetes.NewForConfig(cfg)
+}
+
+func (c *Cluster) chartDir() string {
+	return filepath.Join(c.cfg.RepoRoot, "deployments", "helm", "gpudra")
+}
+
+// HelmArgs is the helm command line (without the binary) that installs or
+// upgrades the driver with the cluster's values plus extra --set values.
+func (c *Cluster) HelmArgs(extra ...string) []string {
+	args := []string{"upgrade", "--install", c.cfg.Release, c.chartDir(),
+		"--kubeconfig", c.AdminKubeconfig(), "--namespace", c.cfg.Namespace, "--create-namespace",
+		"--values", filepath.Join(c.chartDir(), "values-simulated.yaml")}
+	for _, v := range append(append([]string{}, c.cfg.Values...), extra...) {
+		args = append(args, "--set", v)
+	}
+	return args
+}
+
+// InstallDriver runs `helm upgrade --install` of the chart (extra: more
+// --set values, e.g. for a rolling update) and waits until the driver is
+// installed completely: see WaitDriver.
+func (c *Cluster) InstallDriver(ctx context.Context, extra ...string) error {
+	out, err := run(ctx, append([]string{c.cfg.Helm}, c.HelmArgs(extra...)...)...)
+	if err != nil {
+		return fmt.Errorf("helm: %w", err)
+	}
+	c.logf("helm: %s", firstLine(out))
+	return c.WaitDriver(ctx)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}
+
+// WaitDriver waits until the plugin DaemonSet has an up-to-date Ready pod on
+// every node, the controller Deployment is available, every node's pool is
+// published, the base DeviceClasses exist and the webhook, reached through
+// its Service, rejects an invalid claim.
+func (c *Cluster) WaitDriver(ctx context.Context) error {
+	cs, err := c.Client()
+	if err != nil {
+		return err
+	}
+	ns := c.cfg.Namespace
+	steps := []struct {
+		what  string
+		check func(context.Context) error
+	}{
+		{"the plugin DaemonSet rolled out on every node", func(ctx context.Context) error {
+			return c.daemonSetReady(ctx, cs)
+		}},
+		{"the controller Deployment available", func(ctx context.Context) error {
+			return deploymentsReady(ctx, cs, ns)
+		}},
+		{"a ResourceSlice pool per node", func(ctx context.Context) error {
+			return c.poolsPublished(ctx, cs)
+		}},
+		{"the DeviceClasses " + deviceclass.GPUClassName + " and " + deviceclass.MIGClassName, func(ctx context.Context) error {
+			for _, name := range []string{deviceclass.GPUClassName, deviceclass.MIGClassName} {
+				if _, err := cs.ResourceV1().DeviceClasses().Get(ctx, name, metav1.GetOptions{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"the webhook rejecting an invalid claim", func(ctx context.Context) error {
+			return webhookRejects(ctx, cs)
+		}},
+	}
+	for _, s := range steps {
+		if err := c.waitFor(ctx, s.what, []string{apiserverName}, s.check); err != nil {
+			return fmt.Errorf("%w\n%s", err, c.describeDriver(ctx, cs))
+		}
+		c.logf("driver: %s", s.what)
+	}
+	return nil
+}
+
+func (c *Cluster) daemonSetReady(ctx context.Context, cs kubernetes.Interface) error {
+	list, err := cs.AppsV1().DaemonSets(c.cfg.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	if len(list.Items) == 0 {
+		return errors.New("no DaemonSet yet")
+	}
+	for _, ds := range list.Items {
+		if !daemonSetDone(&ds, len(c.cfg.Nodes)) {
+			return fmt.Errorf("DaemonSet %s: %d/%d updated, %d ready, %d available", ds.Name,
+				ds.Status.UpdatedNumberScheduled, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, ds.Status.NumberAvailable)
+		}
+	}
+	return nil
+}
+
+func daemonSetDone(ds *appsv1.DaemonSet, nodes int) bool {
+	s := ds.Status
+	return s.ObservedGeneration >= ds.Generation && int(s.DesiredNumberScheduled) == nodes &&
+		s.UpdatedNumberScheduled == s.DesiredNumberScheduled && s.NumberAvailable == s.DesiredNumberScheduled &&
+		s.NumberUnavailable == 0 && s.CurrentNumberScheduled == s.DesiredNumberScheduled &&
+		s.NumberReady == s.DesiredNumberScheduled
+}
+
+func deploymentsReady(ctx context.Context, cs kubernetes.Interface, ns string) error {
+	list, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	if len(list.Items) == 0 {
+		return errors.New("no Deployment yet")
+	}
+	for _, d := range list.Items {
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		s := d.Status
+		if s.ObservedGeneration < d.Generation || s.UpdatedReplicas != want || s.AvailableReplicas != want || s.Replicas != want {
+			return fmt.Errorf("Deployment %s: %d/%d updated, %d available", d.Name, s.UpdatedReplicas, want, s.AvailableReplicas)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) poolsPublished(ctx context.Context, cs kubernetes.Interface) error {
+	list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, s := range list.Items {
+		if s.Spec.Driver == v1alpha1.DriverName {
+			have[s.Spec.Pool.Name] = true
+		}
+	}
+	for _, n := range c.cfg.Nodes {
+		if !have[n.Name] {
+			return fmt.Errorf("no pool %s of %s yet", n.Name, v1alpha1.DriverName)
+		}
+	}
+	return nil
+}
+
+// webhookRejects creates (server-side dry run) a claim whose parameters are
+// invalid: only the driver's webhook can refuse it.
+func webhookRejects(ctx context.Context, cs kubernetes.Interface) error {
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpudra-webhook-probe", Namespace: metav1.NamespaceDefault},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: deviceclass.GPUClassName}}},
+			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: v1alpha1.DriverName,
+					Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"resource.gpudra.io/v1alpha1","kind":"GpuClaimParameters","sharing":{"strategy":"NoSuchStrategy"}}`)}},
+			}}},
+		}},
+	}
+	_, err := cs.ResourceV1().ResourceClaims(metav1.NamespaceDefault).Create(ctx, claim, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err == nil {
+		return errors.New("the invalid claim was accepted: the webhook is not serving yet")
+	}
+	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		if strings.Contains(err.Error(), "NoSuchStrategy") {
+			return nil
+		}
+	}
+	return fmt.Errorf("unexpected answer: %w", err)
+}
+
+// describeDriver summarizes the driver's pods for a failed wait.
+func (c *Cluster) describeDriver(ctx context.Context, cs kubernetes.Interface) string {
+	pods, err := cs.CoreV1().Pods(c.cfg.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "cannot list the driver's pods: " + err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "pod %s on %s: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+		for _, st := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			switch {
+			case st.State.Waiting != nil:
+				fmt.Fprintf(&b, " [%s waiting: %s %s]", st.Name, st.State.Waiting.Reason, st.State.Waiting.Message)
+			case st.State.Terminated != nil:
+				fmt.Fprintf(&b, " [%s terminated: %s exit %d]", st.Name, st.State.Terminated.Reason, st.State.Terminated.ExitCode)
+			default:
+				fmt.Fprintf(&b, " [%s ready=%v restarts=%d]", st.Name, st.Ready, st.RestartCount)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}

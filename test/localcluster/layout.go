@@ -1,0 +1,105 @@
+// Package localcluster runs a real Kubernetes cluster on one Linux host for
+// gpudra's demo and end-to-end tests, in the shape production has below the
+// kubelet: every simulated GPU node runs its own containerd with runc, CNI
+// bridge networking and CDI, the driver is installed with `helm install` of
+// deployments/helm/gpudra, and the plugin runs as a DaemonSet pod on a
+// simulated driver root (test/fakedriver) through the real NVML code path.
+//
+// A node is a persistent mount namespace in which the node's own directories
+// are bind-mounted onto the standard paths (/var/lib/kubelet,
+// /var/lib/containerd, /run/containerd, /var/run/cdi, /etc/cni/net.d, the
+// simulated driver root, ...): the node's containerd and kubelet run in it,
+// so one chart with its default host paths serves every node. All nodes share
+// the host's network namespace; each node has its own CNI bridge and pod
+// subnet, and one kube-proxy on the host programs the Services.
+//
+// This file is the one place that knows the cluster's directory layout.
+package localcluster
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// Layout is the cluster's directory layout under Dir.
+type Layout struct{ Dir string }
+
+func (l Layout) ConfigFile() string      { return filepath.Join(l.Dir, "cluster.json") }
+func (l Layout) PKIDir() string          { return filepath.Join(l.Dir, "pki") }
+func (l Layout) KubeconfigDir() string   { return filepath.Join(l.Dir, "kubeconfig") }
+func (l Layout) AdminKubeconfig() string { return l.Kubeconfig("admin") }
+func (l Layout) LogDir() string          { return filepath.Join(l.Dir, "logs") }
+func (l Layout) PIDDir() string          { return filepath.Join(l.Dir, "pids") }
+func (l Layout) EtcdDir() string         { return filepath.Join(l.Dir, "etcd") }
+func (l Layout) NodesDir() string        { return filepath.Join(l.Dir, "nodes") }
+
+// Kubeconfig is the kubeconfig of a client identity (admin, kube-scheduler,
+// node-<name>, ...).
+func (l Layout) Kubeconfig(name string) string {
+	return filepath.Join(l.KubeconfigDir(), name+".kubeconfig")
+}
+
+func (l Layout) Log(component string) string { return filepath.Join(l.LogDir(), component+".log") }
+func (l Layout) PIDFile(component string) string {
+	return filepath.Join(l.PIDDir(), component+".pid")
+}
+
+// Node is the layout of one node's directory.
+func (l Layout) Node(name string) NodeLayout {
+	return NodeLayout{Name: name, Dir: filepath.Join(l.NodesDir(), name)}
+}
+
+// NodeLayout is a node's directory: its mount namespace, its configuration
+// files and the host directories bind-mounted onto the node's standard paths.
+type NodeLayout struct {
+	Name string
+	Dir  string
+}
+
+// NamespaceDir holds the bind mount of the node's mount namespace; it is a
+// private mount so that the namespace file can be bind-mounted there.
+func (n NodeLayout) NamespaceDir() string     { return filepath.Join(n.Dir, "ns") }
+func (n NodeLayout) MountNamespace() string   { return filepath.Join(n.NamespaceDir(), "mnt") }
+func (n NodeLayout) ContainerdConfig() string { return filepath.Join(n.Dir, "containerd.toml") }
+func (n NodeLayout) KubeletConfig() string    { return filepath.Join(n.Dir, "kubelet-config.yaml") }
+
+// DriverRoot is the node's simulated NVIDIA driver installation on the host,
+// mounted in the node at SimDriverRoot.
+func (n NodeLayout) DriverRoot() string { return filepath.Join(n.Dir, "driver-root") }
+
+// HostPath is the host directory bind-mounted at nodePath in the node.
+func (n NodeLayout) HostPath(nodePath string) string {
+	return filepath.Join(n.Dir, "fs", filepath.FromSlash(nodePath))
+}
+
+// Paths inside a node (its mount namespace). The chart's defaults and
+// values-simulated.yaml name the same paths; chartValues checks that.
+const (
+	ContainerdSocket = "/run/containerd/containerd.sock"
+	CNIConfDir       = "/etc/cni/net.d"
+	CDIDir           = "/var/run/cdi"
+	KubeletRoot      = "/var/lib/kubelet"
+	SimDriverRoot    = "/var/lib/gpudra-sim/driver-root"
+)
+
+// nodeBinds are the node paths that get a directory of their own per node
+// (under <node>/fs), so that every node looks like a standard host: the
+// kubelet hard-codes some of them, the chart's hostPath volumes name others.
+var nodeBinds = []string{
+	"/var/lib/kubelet",
+	"/var/log/pods",
+	"/var/log/containers",
+	"/var/lib/containerd",
+	"/run/containerd",
+	CDIDir,
+	"/etc/cdi",
+	CNIConfDir,
+	"/var/lib/cni",
+}
+
+// CgroupParent is the cgroup (in every v1 hierarchy) of a node's processes:
+// containerd, the shims and the kubelet in <parent>/system, the pods in
+// <parent>/pods (the kubelet's cgroupRoot).
+func CgroupParent(clusterName, node string) string {
+	return fmt.Sprintf("/%s/%s", clusterName, node)
+}

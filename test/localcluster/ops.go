@@ -1,0 +1,103 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpudra/gpudra/test/fakedriver"
+)
+
+// PluginLabelSelector selects the chart's plugin pods.
+const PluginLabelSelector = "app.kubernetes.io/component=kubelet-plugin"
+
+// PluginPod returns the plugin pod on node that is not being deleted.
+func (c *Cluster) PluginPod(ctx context.Context, node string) (*corev1.Pod, error) {
+	cs, err := c.Client()
+	if err != nil {
+		return nil, err
+	}
+	pods, err := cs.CoreV1().Pods(c.cfg.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: PluginLabelSelector, FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods.Items {
+		if pods.Items[i].DeletionTimestamp == nil {
+			return &pods.Items[i], nil
+		}
+	}
+	return nil, fmt.Errorf("no plugin pod on node %s", node)
+}
+
+// RestartPlugin deletes the node's plugin pod, as a node drain or an
+// eviction does, and waits until the DaemonSet's new pod is Ready.
+func (c *Cluster) RestartPlugin(ctx context.Context, node string) error {
+	if _, err := c.nodeIndex(node); err != nil {
+		return err
+	}
+	old, err := c.PluginPod(ctx, node)
+	if err != nil {
+		return err
+	}
+	cs, err := c.Client()
+	if err != nil {
+		return err
+	}
+	if err := cs.CoreV1().Pods(old.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete plugin pod %s: %w", old.Name, err)
+	}
+	err = c.waitFor(ctx, "a new Ready plugin pod on "+node, []string{kubeletName(node)}, func(ctx context.Context) error {
+		p, err := c.PluginPod(ctx, node)
+		if err != nil {
+			return err
+		}
+		if p.UID == old.UID {
+			return fmt.Errorf("old pod %s still there", p.Name)
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("pod %s not Ready", p.Name)
+	})
+	if err != nil {
+		return err
+	}
+	c.logf("plugin on %s restarted (pod %s deleted)", node, old.Name)
+	return nil
+}
+
+// FaultFile is the node's simulated fault file on the host: the simulated
+// libnvidia-ml applies what is appended (pkg/nvmllib/sim/faultfile.go).
+func (c *Cluster) FaultFile(node string) string {
+	return filepath.Join(c.Node(node).DriverRoot(), fakedriver.FaultFile)
+}
+
+// InjectFault appends a fault line ("gpu-3 xid 79", "gpu-1 lost", ...).
+func (c *Cluster) InjectFault(node string, fault ...string) error {
+	if _, err := c.nodeIndex(node); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(c.FaultFile(node), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintln(f, strings.Join(fault, " "))
+	return err
+}
+
+// ClearFaults empties the node's fault file: its GPUs are reset.
+func (c *Cluster) ClearFaults(node string) error {
+	if _, err := c.nodeIndex(node); err != nil {
+		return err
+	}
+	return os.WriteFile(c.FaultFile(node), nil, 0o644)
+}
