@@ -32,7 +32,7 @@ sim-nvml-lib: ## Build the simulated NVML library into _output/lib
 	$(GO) build -buildmode=c-shared -trimpath -ldflags "-s -w" -o $(OUTPUT)/lib/libnvidia-ml-sim.so ./test/nvmlsim/lib
 	@rm -f $(OUTPUT)/lib/libnvidia-ml-sim.h
 
-test: unit e2e ## The README's test command: vet, unit tests with the race detector, fuzz seeds, e2e on the local cluster
+test: unit e2e e2e-fast ## The README's test command: vet, unit tests with the race detector, e2e on the containerd cluster, then the fake-runtime-only e2e
 
 unit:
 	$(GO) vet $(PKGS)
@@ -43,8 +43,14 @@ unit:
 k8s-binaries: ## etcd + Kubernetes binaries for the local cluster (cached in _output/bin)
 	./hack/build-k8s.sh
 
-e2e: build k8s-binaries $(HELM) ## e2e suite against the local cluster (starts it, tears it down; E2E_KEEP_CLUSTER=1 keeps it)
+E2E_DEPS := build k8s-binaries containerd images $(HELM)
+e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-installed driver (E2E_KEEP_CLUSTER=1 keeps it)
 	$(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/
+
+# The whole suite again on the fake-runtime cluster (test/cluster/cluster.sh: plugin as a host process,
+# fake CRI), which also runs the tests that need it: host-process controller, node add/remove, apiserver stop.
+e2e-fast: build k8s-binaries $(HELM) ## The e2e suite on the fake-runtime cluster (E2E_RUNTIME=fake)
+	E2E_RUNTIME=fake $(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/
 
 bench-cluster: build k8s-binaries $(HELM) ## Pod create->Running with and without a GPU claim on the local cluster
 	@mkdir -p $(OUTPUT)/bench
@@ -61,7 +67,7 @@ bench-drasock: build k8s-binaries $(HELM) ## NodePrepare/NodeUnprepare over a pl
 
 .PHONY: test-faults
 test-faults: build k8s-binaries $(HELM) ## Fault injection on the local cluster: kill -9 at each failpoint under pod churn, corrupt checkpoint, API outage
-	$(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/
+	E2E_RUNTIME=fake $(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/
 
 .PHONY: bench-report
 bench-report: build k8s-binaries $(HELM) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
@@ -109,15 +115,24 @@ fake-driver-root: build ## Fake driver root for a simulated node: make fake-driv
 	$(BIN)/gpudra-fake-driver-root --dir="$(DIR)" --profile="$(PROFILE)" --node="$(NODE)" \
 	  $(if $(PROFILE_DIR),--profile-dir="$(PROFILE_DIR)") --nvml-library=$(OUTPUT)/lib/libnvidia-ml-sim.so
 
-.PHONY: cluster-up cluster-down kubeconfig
-cluster-up: ## Start a local cluster (no Docker) with simulated GPU nodes; see test/cluster/cluster.sh
-	test/cluster/cluster.sh up
+.PHONY: cluster-up cluster-down cluster-status kubeconfig containerd
+# The local cluster (test/localcluster): real control plane, per simulated GPU node a containerd
+# and a kubelet, the driver installed with `helm install` of the chart. gpudra-cluster is its CLI.
+CLUSTER := $(BIN)/gpudra-cluster
+cluster-up: build k8s-binaries containerd images $(HELM) ## Start the local cluster with simulated GPU nodes and the driver installed by its Helm chart
+	$(CLUSTER) up
 
-cluster-down: ## Stop the local cluster and remove _output/cluster
-	test/cluster/cluster.sh down
+cluster-down: ## Stop the local cluster and remove _output/localcluster
+	@if [ -x $(CLUSTER) ]; then $(CLUSTER) down; fi
+
+cluster-status: ## Which components of the local cluster run
+	$(CLUSTER) status
 
 kubeconfig: ## Print the local cluster's admin kubeconfig path (use: make -s kubeconfig)
-	@test/cluster/cluster.sh kubeconfig
+	@$(CLUSTER) kubeconfig
+
+containerd: ## containerd, its runc shim and ctr for the local cluster's nodes (pinned in hack/containerd, cached in _output/bin)
+	./hack/build-containerd.sh
 
 .PHONY: controller-up
 controller-up: build $(HELM) ## Local cluster plus gpu-controller (webhook :30443, /metrics :30880); stop: test/cluster/cluster.sh stop-controller

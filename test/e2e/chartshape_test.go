@@ -24,6 +24,7 @@ import (
 // paths, every one of which exists (the fake runtime refuses others, as
 // runc does).
 func TestPluginRunsInTheChartShape(t *testing.T) {
+	requireFakeRuntime(t, "checks the host-process plugin against the chart's shape; on containerd the chart's pod itself runs it")
 	ns := namespace(t)
 	uid := podWithClaim(t, ns, "chart-shape")
 	for _, node := range []string{"gpu-h100", "gpu-mixed"} {

@@ -190,7 +190,7 @@ metadata: {name: by-model}
 spec:
   containers:
   - name: cuda
-    image: nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04
+    image: registry.local/gpudra/workload:local
     resources: {claims: [{name: gpu}]}
   resourceClaims:
   - {name: gpu, resourceClaimTemplateName: by-class}

@@ -87,7 +87,7 @@ func testAPIServerOutage(t *testing.T, ns string) {
 			clusterCmd(t, "start-apiserver")
 		}
 	})
-	socket := filepath.Join(nodeDir(faultNode), "kubelet", "plugins", driver, "dra.sock")
+	socket := filepath.Join(kubeletDir(faultNode), "plugins", driver, "dra.sock")
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -159,6 +159,9 @@ func gpudraStatus(t *testing.T, node string) string {
 // settings: PLUGIN_METRICS_PORT + the node's slot.
 func pluginMetricsURL(t *testing.T, node string) string {
 	t.Helper()
+	if realRuntime {
+		return realPluginMetricsURL(t, node)
+	}
 	env, err := os.ReadFile(filepath.Join(clusterDir, "cluster.env"))
 	if err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ spec:
   nodeSelector: {kubernetes.io/hostname: gpu-h100}
   containers:
   - name: cuda
-    image: nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04
+    image: registry.local/gpudra/workload:local
     resources: {claims: [{name: mig}]}
   resourceClaims:
   - {name: mig, resourceClaimTemplateName: mig-mps}

@@ -76,7 +76,7 @@ metadata: {name: on-repaired-gpu}
 spec:
   nodeSelector: {kubernetes.io/hostname: gpu-h100}
   containers:
-  - {name: cuda, image: nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04, resources: {claims: [{name: gpu}]}}
+  - {name: cuda, image: registry.local/gpudra/workload:local, resources: {claims: [{name: gpu}]}}
   resourceClaims:
   - {name: gpu, resourceClaimTemplateName: the-repaired-gpu}
 ---
@@ -147,7 +147,7 @@ kind: Pod
 metadata: {name: status-pod}
 spec:
   containers:
-  - {name: cuda, image: nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04, resources: {claims: [{name: gpu}]}}
+  - {name: cuda, image: registry.local/gpudra/workload:local, resources: {claims: [{name: gpu}]}}
   resourceClaims:
   - {name: gpu, resourceClaimName: status-claim}
 `)

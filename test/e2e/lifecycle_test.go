@@ -34,7 +34,7 @@ metadata: {name: POD}
 spec:
   containers:
   - name: cuda
-    image: nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04
+    image: registry.local/gpudra/workload:local
     resources: {claims: [{name: gpu}]}
   resourceClaims:
   - {name: gpu, resourceClaimTemplateName: one-h100}
@@ -137,7 +137,7 @@ metadata: {name: bad-params}
 spec:
   containers:
   - name: cuda
-    image: nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04
+    image: registry.local/gpudra/workload:local
     resources: {claims: [{name: gpu}]}
   resourceClaims:
   - {name: gpu, resourceClaimName: bad-params}

@@ -45,7 +45,7 @@ metadata: {name: mig-pod}
 spec:
   containers:
   - name: cuda
-    image: nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04
+    image: registry.local/gpudra/workload:local
     resources: {claims: [{name: mig}]}
   resourceClaims:
   - {name: mig, resourceClaimTemplateName: mig-1g10gb}
@@ -99,6 +99,12 @@ func migDevicesInNVML(t *testing.T, node string) map[string]string {
 // runtime's record of what CDI injected.
 func containerEnv(t *testing.T, node, podRef, key string) string {
 	t.Helper()
+	if realRuntime {
+		ns, name, _ := strings.Cut(podRef, "/")
+		p := pod(t, ns, name)
+		v, _ := realInjection(t, p, p.Spec.Containers[0].Name).Getenv(key)
+		return v
+	}
 	f, err := os.Open(filepath.Join(nodeDir(node), "containers.jsonl"))
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ import (
 
 // pluginDir is a node's plugin data directory (checkpoint, MPS daemons).
 func pluginDir(node string) string {
-	return filepath.Join(nodeDir(node), "kubelet", "plugins", driver)
+	return filepath.Join(kubeletDir(node), "plugins", driver)
 }
 
 // timeSlice reads the level the fake nvidia-smi last set for a GPU ("" if
@@ -51,6 +51,9 @@ func waitTimeSlice(t *testing.T, node, uuid, want string) {
 // injection returns what the fake runtime injected into a pod's container.
 func injection(t *testing.T, p *v1.Pod, container string) fakecri.Injection {
 	t.Helper()
+	if realRuntime {
+		return realInjection(t, p, container)
+	}
 	all, err := fakecri.ReadStateFile(filepath.Join(nodeDir(p.Spec.NodeName), "containers.jsonl"))
 	if err != nil {
 		t.Fatal(err)

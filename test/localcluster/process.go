@@ -117,12 +117,19 @@ func (c *Cluster) waitFor(ctx context.Context, what string, watch []string, chec
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.WaitTimeout)
 	defer cancel()
 	var last error
+	gone := map[string]int{}
 	for {
 		if last = check(ctx); last == nil {
 			return nil
 		}
+		// Twice in a row: a process that has just been started may not show
+		// its new command line for a moment.
 		for _, w := range watch {
-			if c.pid(w) == 0 {
+			if c.pid(w) != 0 {
+				gone[w] = 0
+				continue
+			}
+			if gone[w]++; gone[w] > 1 {
 				return fmt.Errorf("waiting for %s: %s exited\n%s", what, w, c.tail(w, 30))
 			}
 		}
