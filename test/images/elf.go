@@ -44,16 +44,16 @@ func librarySearchPath(m elf.Machine) []string {
 }
 
 // HostRuntime finds, under root ("/" normally), the loader and libraries
-// that binaries (host paths under root) need, plus the libraries named in
-// extra (sonames, e.g. libraries loaded with dlopen at run time). Every
-// binary must be dynamically linked, for the same machine, with the same
+// that binaries (host paths) need, plus the libraries named in extra
+// (sonames, e.g. libraries loaded with dlopen at run time). Every binary
+// must be dynamically linked, for the same machine, with the same
 // interpreter.
 func HostRuntime(root string, binaries, extra []string) (*Runtime, error) {
 	rt := &Runtime{Libraries: map[string]string{}}
 	var machine elf.Machine
 	var queue []string
 	for _, bin := range binaries {
-		f, err := elf.Open(path.Join(root, bin))
+		f, err := elf.Open(bin)
 		if err != nil {
 			return nil, fmt.Errorf("read ELF binary %s: %w", bin, err)
 		}

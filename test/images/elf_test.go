@@ -168,7 +168,7 @@ func TestHostRuntimeErrors(t *testing.T) {
 	data, err := os.ReadFile(bin)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(root, "tool"), data, 0o755))
-	_, err = HostRuntime(root, []string{"/tool"}, nil)
+	_, err = HostRuntime(root, []string{filepath.Join(root, "tool")}, nil)
 	if assert.Error(t, err) {
 		assert.Contains(t, err.Error(), "not found on this machine")
 	}

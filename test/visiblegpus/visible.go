@@ -38,10 +38,10 @@ type GPU struct {
 // MIGDevice is a MIG device of a visible GPU.
 type MIGDevice struct {
 	// Index numbers the GPU's MIG devices from 0, by GPU and compute instance.
-	Index   int
-	GI, CI  int
-	UUID    string
-	Minor   int // the parent GPU's
+	Index  int
+	GI, CI int
+	UUID   string
+	Minor  int // the parent GPU's
 }
 
 // Inputs is what the container shows.
