@@ -3,7 +3,9 @@ package images
 import (
 	"debug/buildinfo"
 	"debug/elf"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -146,6 +148,9 @@ func BuildAll(outDir string, s Sources) ([]*Written, error) {
 		spec func(Sources) (Image, error)
 	}{{PauseTar, PauseSpec}, {WorkloadTar, WorkloadSpec}, {GpudraTar, GpudraSpec}} {
 		img, err := b.spec(s)
+		if errors.Is(err, fs.ErrNotExist) {
+			return out, fmt.Errorf("%s: %w (make images builds the binaries and unpacks busybox-static)", b.file, err)
+		}
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", b.file, err)
 		}

@@ -33,6 +33,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
+		_, _ = fmt.Fprintln(stderr, "gpudra-gpus:", err)
 		return 2
 	}
 	if fs.NArg() > 0 {

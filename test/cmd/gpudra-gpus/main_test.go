@@ -31,6 +31,7 @@ func TestRun(t *testing.T) {
 			"gpudra-gpus: no GPU visible in this container: no /dev/nvidia<N> device node (NVIDIA_VISIBLE_DEVICES is not set; 0 GPUDRA_GPU_* and 0 GPUDRA_MIG_* variables)\n"},
 		"no dev":   {[]string{"--dev", absent}, nil, 1, "", "gpudra-gpus: list device nodes: open " + absent + ": no such file or directory\n"},
 		"bad args": {[]string{"extra"}, nil, 2, "", "gpudra-gpus: unexpected arguments [\"extra\"]\n"},
+		"bad flag": {[]string{"--nope"}, nil, 2, "", "gpudra-gpus: unknown flag: --nope\n"},
 	} {
 		var stdout, stderr strings.Builder
 		assert.Equal(t, tc.code, run(tc.args, tc.environ, &stdout, &stderr), name)
