@@ -165,6 +165,34 @@ image: ## Container image with both binaries (needs a Docker engine): IMAGE=... 
 check-dockerfile: ## Run the Dockerfile's build-stage RUN commands as plain shell in a copy of the repository
 	hack/check-dockerfile.sh
 
+# Images for a local cluster whose nodes run containerd (test/images): OCI image
+# layout tarballs for `ctr -n k8s.io images import`, made without Docker or a
+# registry. Their binaries go to _output/images/bin: gpu-kubelet-plugin and
+# gpu-controller built as the Dockerfile builds them (gpudra-images refuses
+# others), the pause program and gpudra-gpus static.
+IMAGES_DIR := $(OUTPUT)/images
+IMAGE_BIN := $(IMAGES_DIR)/bin
+BUSYBOX_ROOT := $(OUTPUT)/busybox-static
+.PHONY: images busybox-static
+images: busybox-static ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev) images as OCI tarballs in _output/images, no Docker
+	@mkdir -p $(IMAGE_BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(IMAGE_BIN)/ ./test/cmd/gpudra-pause ./test/cmd/gpudra-gpus
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags="-s -w" -o $(IMAGE_BIN)/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller
+	$(GO) run ./test/cmd/gpudra-images build --out $(IMAGES_DIR) --bin-dir $(IMAGE_BIN) --busybox-root $(BUSYBOX_ROOT)
+
+# The workload image's shell and tools: Debian's busybox-static package, from
+# the archive (apt-get download) or, without one, from the apt cache.
+busybox-static: $(BUSYBOX_ROOT)/bin/busybox ## Debian's busybox-static package unpacked into _output/busybox-static
+
+$(BUSYBOX_ROOT)/bin/busybox:
+	@rm -rf $(OUTPUT)/deb/busybox-static && mkdir -p $(OUTPUT)/deb/busybox-static
+	cd $(OUTPUT)/deb/busybox-static && apt-get download busybox-static || \
+	  cp /var/cache/apt/archives/busybox-static_*.deb . || \
+	  { echo "busybox-static: apt-get download failed and the apt cache has no busybox-static_*.deb; run apt-get update" >&2; exit 1; }
+	rm -rf $(BUSYBOX_ROOT)
+	dpkg-deb -x "$$(ls $(OUTPUT)/deb/busybox-static/busybox-static_*.deb | tail -1)" $(BUSYBOX_ROOT)
+	@test -x $@ || { echo "busybox-static: the package has no bin/busybox" >&2; exit 1; }
+
 # GPU verification kit (test/gpuverify): one binary to copy to a machine with
 # NVIDIA GPUs. cgo, as go-nvml needs (dlopen of libnvidia-ml); netgo/osusergo
 # keep name lookups out of libc. The build fails if the binary links anything

@@ -1,0 +1,180 @@
+package visiblegpus
+
+import (
+	"bufio"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// SelectionKind is what NVIDIA_VISIBLE_DEVICES says.
+type SelectionKind int
+
+const (
+	// Unset: the variable is not set.
+	Unset SelectionKind = iota
+	// Empty: set to "".
+	Empty
+	// All GPUs ("all").
+	All
+	// None: "none" (no GPU, but the driver's libraries).
+	None
+	// Void: "void" (nothing at all).
+	Void
+	// List: UUIDs and/or indices.
+	List
+)
+
+// Selection is NVIDIA_VISIBLE_DEVICES parsed.
+type Selection struct {
+	Kind SelectionKind
+	// Raw is the variable's value.
+	Raw string
+	// UUIDs lists GPU-... and MIG-... entries, in order.
+	UUIDs []string
+	// Indices lists index entries in order: "0" for a GPU, "0:1" for MIG
+	// device 1 of GPU 0 (the nvidia container runtime's syntax).
+	Indices []string
+}
+
+var (
+	indexRE = regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`)
+	uuidRE  = regexp.MustCompile(`^(GPU|MIG)-[0-9A-Za-z/-]+$`)
+)
+
+// ParseVisibleDevices parses NVIDIA_VISIBLE_DEVICES (set tells whether the
+// variable exists at all).
+func ParseVisibleDevices(value string, set bool) (Selection, error) {
+	s := Selection{Raw: value}
+	v := strings.TrimSpace(value)
+	switch {
+	case !set:
+		s.Kind = Unset
+	case v == "":
+		s.Kind = Empty
+	case v == "all":
+		s.Kind = All
+	case v == "none":
+		s.Kind = None
+	case v == "void":
+		s.Kind = Void
+	default:
+		s.Kind = List
+		for _, item := range strings.Split(v, ",") {
+			item = strings.TrimSpace(item)
+			switch {
+			case item == "":
+				continue
+			case indexRE.MatchString(item):
+				s.Indices = append(s.Indices, item)
+			case uuidRE.MatchString(item):
+				s.UUIDs = append(s.UUIDs, item)
+			default:
+				return s, fmt.Errorf("NVIDIA_VISIBLE_DEVICES=%q: %q is neither a GPU-/MIG- UUID nor an index (0 or 0:1), nor all, none or void", value, item)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Env is what the gpudra CDI specs put into a container's environment
+// (pkg/cdi): GPUDRA_GPU_<minor>=<uuid> for a whole GPU and
+// GPUDRA_MIG_<minor>_<gi>_<ci>=<uuid> for a MIG device of the GPU with that
+// minor, plus the sharing variables.
+type Env struct {
+	// GPUs maps a GPU's minor to its UUID.
+	GPUs map[int]string
+	// MIG lists the MIG devices.
+	MIG []EnvMIG
+	// Sharing holds GPUDRA_SHARING_STRATEGY and GPUDRA_TIMESLICE_INTERVAL
+	// and the CUDA_MPS_* variables, as KEY=value.
+	Sharing []string
+}
+
+// EnvMIG is one GPUDRA_MIG_<minor>_<gi>_<ci> variable.
+type EnvMIG struct {
+	Minor, GI, CI int
+	UUID          string
+}
+
+var (
+	gpuEnvRE = regexp.MustCompile(`^GPUDRA_GPU_([0-9]+)$`)
+	migEnvRE = regexp.MustCompile(`^GPUDRA_MIG_([0-9]+)_([0-9]+)_([0-9]+)$`)
+)
+
+// ParseEnv reads the gpudra variables from KEY=value pairs (os.Environ()).
+// Other variables are ignored; a gpudra variable with an empty value is too.
+func ParseEnv(environ []string) Env {
+	e := Env{GPUs: map[int]string{}}
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		if strings.HasPrefix(k, "CUDA_MPS_") || k == "GPUDRA_SHARING_STRATEGY" || k == "GPUDRA_TIMESLICE_INTERVAL" {
+			e.Sharing = append(e.Sharing, kv)
+			continue
+		}
+		if v == "" {
+			continue
+		}
+		if m := gpuEnvRE.FindStringSubmatch(k); m != nil {
+			e.GPUs[atoi(m[1])] = v
+		} else if m := migEnvRE.FindStringSubmatch(k); m != nil {
+			e.MIG = append(e.MIG, EnvMIG{Minor: atoi(m[1]), GI: atoi(m[2]), CI: atoi(m[3]), UUID: v})
+		}
+	}
+	return e
+}
+
+// atoi parses digits a regular expression matched; an overflow gives -1.
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// ProcGPU is a GPU as the NVIDIA driver describes it in
+// /proc/driver/nvidia/gpus/<bus id>/information.
+type ProcGPU struct {
+	Model, UUID, BusID string
+	// Minor is the GPU's device minor (/dev/nvidia<Minor>).
+	Minor int
+}
+
+// ParseProcInformation parses one information file ("Key: \t value" lines).
+func ParseProcInformation(data string) (ProcGPU, error) {
+	g := ProcGPU{Minor: -1}
+	sc := bufio.NewScanner(strings.NewReader(data))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch strings.TrimSpace(k) {
+		case "Model":
+			g.Model = v
+		case "GPU UUID":
+			g.UUID = v
+		case "Bus Location":
+			g.BusID = v
+		case "Device Minor":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return g, fmt.Errorf("device minor %q: %w", v, err)
+			}
+			g.Minor = n
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return g, err
+	}
+	if g.Minor < 0 {
+		return g, fmt.Errorf("no Device Minor line")
+	}
+	return g, nil
+}
