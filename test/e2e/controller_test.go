@@ -65,6 +65,7 @@ const (
 )
 
 func TestController(t *testing.T) {
+	requireFakeRuntime(t, "runs gpu-controller as a host process with its own webhook configuration; on containerd the chart's controller pod is checked by the cluster's start-up (webhook through its Service, DeviceClasses)")
 	lockControllerTests(t)
 	metricsURL := startController(t)
 	ns := namespace(t)

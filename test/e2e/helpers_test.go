@@ -64,15 +64,7 @@ func applySpec(t *testing.T, ns, path string) {
 
 func applyYAML(t *testing.T, ns, manifest string) {
 	t.Helper()
-	f, err := os.CreateTemp(t.TempDir(), "*.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString(manifest); err != nil {
-		t.Fatal(err)
-	}
-	_ = f.Close()
-	if out, err := kubectl("-n", ns, "apply", "-f", f.Name()); err != nil {
+	if out, err := kubectlApply(t, ns, manifest); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
 	}
 }

@@ -92,10 +92,16 @@ func WorkloadSpec(s Sources) (Image, error) {
 	}
 	return Image{
 		Name:    WorkloadImage,
-		Config:  Config{Env: []string{defaultPath}, Cmd: []string{"/bin/sh"}, WorkingDir: "/"},
+		Config:  Config{Env: []string{defaultPath}, Cmd: WorkloadCmd, WorkingDir: "/"},
 		Entries: entries,
 	}, nil
 }
+
+// WorkloadCmd is the workload image's default command: print the GPUs the
+// container sees (what the demo and the e2e tests read from its log), then
+// stay up until the pod is deleted. PID 1 ignores a SIGTERM it has no
+// handler for, hence the trap.
+var WorkloadCmd = []string{"/bin/sh", "-c", "gpudra-gpus; trap 'exit 0' TERM; sleep 2147483647 & wait"}
 
 // checkApplets fails unless busybox --list has every applet.
 func checkApplets(busybox string, applets []string) error {

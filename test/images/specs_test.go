@@ -155,7 +155,7 @@ func TestBuildAll(t *testing.T) {
 		assert.Equal(t, LayerFile{Path: "/bin/" + a, Type: Symlink, Mode: 0o777, Target: "busybox"}, f, a)
 	}
 	assert.Equal(t, int64(0o1777), workload.Files["/tmp"].Mode)
-	assert.Equal(t, []string{"/bin/sh"}, workload.Config.Cmd)
+	assert.Equal(t, WorkloadCmd, workload.Config.Cmd)
 
 	gpudra, err := Read(written[2].Path)
 	require.NoError(t, err)

@@ -15,8 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// PauseImage is the sandbox image every node's containerd is pinned to.
-const PauseImage = "registry.local/gpudra/pause:3.10"
+
 
 func (c *Cluster) allComponents() []string {
 	return append(controlPlaneComponents(), c.nodeComponents()...)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpudra/gpudra/test/fakedriver"
+	"github.com/gpudra/gpudra/test/images"
 )
 
 func containerdName(node string) string { return "containerd-" + node }
@@ -140,7 +141,7 @@ state = "/run/containerd"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = [%[5]q]
     conf_dir = %[6]q
-`, ContainerdSocket, PauseImage, CDIDir, c.cfg.Runc, c.cfg.CNIBinDir, CNIConfDir)
+`, ContainerdSocket, images.PauseImage, CDIDir, c.cfg.Runc, c.cfg.CNIBinDir, CNIConfDir)
 }
 
 // cniConfig gives node i a bridge of its own with its /24 of the pod CIDR.
