@@ -17,26 +17,27 @@ CHART := deployments/helm/gpudra
 PKGS := ./...
 BENCH_PKGS := ./pkg/...
 
-.PHONY: all build test unit e2e lint vet fmt bench demo inspect clean tools k8s-binaries
+
+.PHONY: all bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd controller-up demo e2e e2e-fast fake-driver-root fmt fuzz gpu-verify helm-lint help image images inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
 
 all: build
+
+help: ## List the targets with what they do
+	@grep -hE '^[a-zA-Z0-9_.-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([^:]+):.*## (.*)/  \1\t\2/' | expand -t 24
 
 build: sim-nvml-lib ## Build the binaries into _output/bin
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/... ./test/cmd/...
 
 # The simulated libnvidia-ml of fake driver roots (test/nvmlsim; test-only, never shipped).
-.PHONY: sim-nvml-lib
 sim-nvml-lib: ## Build the simulated NVML library into _output/lib
 	@mkdir -p $(OUTPUT)/lib
 	$(GO) build -buildmode=c-shared -trimpath -ldflags "-s -w" -o $(OUTPUT)/lib/libnvidia-ml-sim.so ./test/nvmlsim/lib
 	@rm -f $(OUTPUT)/lib/libnvidia-ml-sim.h
 
-test: unit e2e e2e-fast ## The README's test command: vet, unit tests with the race detector, e2e on the containerd cluster, then the fake-runtime-only e2e
+test: unit e2e e2e-fast ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster, then on the fast one
 
-unit:
-	$(GO) vet $(PKGS)
-	$(GO) vet -tags failpoints ./pkg/failpoint/ ./pkg/prepare/
+unit: vet ## Unit tests with the race detector (go vet first)
 	$(GO) test -race -count=1 $(PKGS)
 	$(GO) test -race -count=1 -tags failpoints ./pkg/failpoint/ ./pkg/prepare/
 
@@ -65,18 +66,15 @@ bench-drasock: build k8s-binaries $(HELM) ## NodePrepare/NodeUnprepare over a pl
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
 
-.PHONY: test-faults
 test-faults: build k8s-binaries $(HELM) ## Fault injection on the local cluster: kill -9 at each failpoint under pod churn, corrupt checkpoint, API outage
 	E2E_RUNTIME=fake $(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/
 
-.PHONY: bench-report
 bench-report: build k8s-binaries $(HELM) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
 	test/bench/run.sh
 
-demo: build k8s-binaries $(HELM) ## The README's first command
+demo: build k8s-binaries containerd images $(HELM) ## The README's first command
 	./demo/run.sh
 
-.PHONY: notebooks
 notebooks: build k8s-binaries $(HELM) ## Run demo/notebooks/*.ipynb on the local cluster and save their outputs
 	NOTEBOOKS_UPDATE=1 $(GO) test -tags e2e -count=1 -timeout 20m -run '^TestNotebook' -v ./test/e2e/
 
@@ -84,14 +82,18 @@ fuzz: ## Run every fuzz target briefly (FUZZTIME=10s by default)
 	@for t in "FuzzDecode ./api/v1alpha1" "FuzzDecode ./pkg/checkpoint"; do \
 	  set -- $$t; echo "== $$1 $$2"; $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-10s} $$2 || exit 1; done
 
-vet:
-	$(GO) vet $(PKGS)
+vet: ## go vet of every package, with every build tag (once: lint and test share it)
+	$(GO) vet -tags e2e,failpoints,faults $(PKGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-lint: vet $(GOLANGCI_LINT) helm-lint ## go vet + golangci-lint + helm lint
+lint: vet $(GOLANGCI_LINT) helm-lint shellcheck ## go vet + golangci-lint + helm lint + shellcheck
 	$(GOLANGCI_LINT) run --build-tags e2e,failpoints,faults $(PKGS)
+
+SHELL_SCRIPTS = $(shell git ls-files '*.sh' .ci/run)
+shellcheck: ## shellcheck of every shell script in the repository
+	shellcheck -x $(SHELL_SCRIPTS)
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(dir $@)
@@ -108,14 +110,12 @@ inspect: build ## Show what a simulated node would publish (PROFILE=dgx-h100), t
 
 # Fake NVIDIA driver root of a simulated node (test/fakedriver/README.md). Creates device
 # nodes, so it runs as root; re-running refreshes the root and keeps its var/lib/gpudra-sim.
-.PHONY: fake-driver-root
 fake-driver-root: build ## Fake driver root for a simulated node: make fake-driver-root DIR=<dir> PROFILE=<profile> NODE=<node> [PROFILE_DIR=<dir>]
 	@test -n "$(DIR)" -a -n "$(PROFILE)" -a -n "$(NODE)" || \
 	  { echo "usage: make fake-driver-root DIR=<dir> PROFILE=<profile> NODE=<node> [PROFILE_DIR=<dir>]" >&2; exit 2; }
 	$(BIN)/gpudra-fake-driver-root --dir="$(DIR)" --profile="$(PROFILE)" --node="$(NODE)" \
 	  $(if $(PROFILE_DIR),--profile-dir="$(PROFILE_DIR)") --nvml-library=$(OUTPUT)/lib/libnvidia-ml-sim.so
 
-.PHONY: cluster-up cluster-down cluster-status kubeconfig containerd
 # The local cluster (test/localcluster): real control plane, per simulated GPU node a containerd
 # and a kubelet, the driver installed with `helm install` of the chart. gpudra-cluster is its CLI.
 CLUSTER := $(BIN)/gpudra-cluster
@@ -134,15 +134,13 @@ kubeconfig: ## Print the local cluster's admin kubeconfig path (use: make -s kub
 containerd: ## containerd, its runc shim and ctr for the local cluster's nodes (pinned in hack/containerd, cached in _output/bin)
 	./hack/build-containerd.sh
 
-.PHONY: controller-up
-controller-up: build $(HELM) ## Local cluster plus gpu-controller (webhook :30443, /metrics :30880); stop: test/cluster/cluster.sh stop-controller
+controller-up: build $(HELM) ## The fast (fake-runtime) cluster plus gpu-controller as a host process (webhook :30443, /metrics :30880)
 	test/cluster/cluster.sh up
 	test/cluster/cluster.sh start-controller
 
 clean:
 	rm -rf $(OUTPUT)
 
-.PHONY: helm-lint image check-dockerfile
 $(HELM):
 	@mkdir -p $(dir $@)
 	GOBIN=$(dir $@) CGO_ENABLED=0 $(GO) install -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
@@ -173,7 +171,6 @@ check-dockerfile: ## Run the Dockerfile's build-stage RUN commands as plain shel
 IMAGES_DIR := $(OUTPUT)/images
 IMAGE_BIN := $(IMAGES_DIR)/bin
 BUSYBOX_ROOT := $(OUTPUT)/busybox-static
-.PHONY: images busybox-static
 images: busybox-static ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev) images as OCI tarballs in _output/images, no Docker
 	@mkdir -p $(IMAGE_BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(IMAGE_BIN)/ ./test/cmd/gpudra-pause ./test/cmd/gpudra-gpus
@@ -199,7 +196,6 @@ $(BUSYBOX_ROOT)/bin/busybox:
 # but the C library dynamically or reaches 64 MiB; it needs the glibc of the
 # build machine or newer (printed).
 GPU_VERIFY := $(OUTPUT)/gpu-verify/gpudra-gpu-verify
-.PHONY: gpu-verify
 gpu-verify: ## Build the read-only GPU verification kit into _output/gpu-verify/
 	@mkdir -p $(dir $(GPU_VERIFY))
 	CGO_ENABLED=1 $(GO) build -trimpath -tags netgo,osusergo -ldflags "-s -w" -o $(GPU_VERIFY) ./test/cmd/gpudra-gpu-verify

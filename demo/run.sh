@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# `make demo`: start the local cluster (simulated GPUs, real control plane and
-# kubelets), install the DeviceClasses, then apply each demo/specs/*.yaml in
-# turn and show which pod/container got which GPU on which node — read from
-# `kubectl logs`, i.e. from what the container runtime injected.
+# `make demo`: start the local cluster (test/localcluster: real control plane,
+# a containerd and a kubelet per simulated GPU node, the driver installed
+# with its Helm chart), then apply each demo/specs/*.yaml in turn and show
+# which pod/container got which GPU on which node — what the container itself
+# printed (gpudra-gpus in the workload image reads its device nodes and the
+# variables CDI gave it), with the product name from the ResourceSlice.
 #
 #   KEEP_CLUSTER=1 make demo    # leave the cluster running afterwards
 #   DEMO_SPECS="demo/specs/03-*.yaml" make demo   # run a subset
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-cluster=test/cluster/cluster.sh
+cluster="$root/_output/bin/gpudra-cluster"
 kubectl="$root/_output/bin/kubectl"
 ns=demo
-timeout="${DEMO_TIMEOUT:-90}"
+timeout="${DEMO_TIMEOUT:-120}"
 
 log() { printf '\n\033[1m%s\033[0m\n' "$*"; }
 
@@ -30,13 +32,14 @@ trap teardown EXIT
 export KUBECONFIG
 KUBECONFIG="$("$cluster" kubeconfig)"
 
-log "Installing DeviceClasses"
-"$kubectl" apply -f deployments/static/
-"$kubectl" create namespace "$ns" --dry-run=client -o yaml | "$kubectl" apply -f -
-for _ in $(seq 60); do "$kubectl" -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
-
-log "ResourceSlices published by the kubelet plugins"
+log "The driver, installed with helm; its DeviceClasses; the ResourceSlices its plugins published"
+"$root/_output/tools/helm" list -n gpudra-system
+"$kubectl" get nodes -o custom-columns='NODE:.metadata.name,RUNTIME:.status.nodeInfo.containerRuntimeVersion'
+"$kubectl" -n gpudra-system get pods -o wide
+"$kubectl" get deviceclasses
 "$kubectl" get resourceslices -o custom-columns='SLICE:.metadata.name,NODE:.spec.nodeName,DEVICES:.spec.devices[*].name'
+"$kubectl" create namespace "$ns" --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
+for _ in $(seq 60); do "$kubectl" -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
 
 # settle waits until every pod of the namespace runs, or is Pending because
 # the scheduler reported it unschedulable, or the timeout passes.
@@ -53,10 +56,40 @@ settle() {
   return 1
 }
 
+# products maps device UUIDs to "product [MIG profile]" from the ResourceSlices.
+declare -A products
+load_products() {
+  local uuid rest
+  products=()
+  while IFS=$'\t' read -r uuid rest; do
+    [ -n "$uuid" ] && products[$uuid]=$rest
+  done < <("$kubectl" get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.attributes.uuid.string}{"\t"}{.attributes.productName.string} {.attributes.profile.string}{"\n"}{end}')
+}
+
+# gpus prints a container's "GPU n: ... (UUID: X)" lines, one per device it
+# sees (MIG devices instead of their GPU), with the slice's product name.
+gpus() {
+  local out line uuid list=()
+  out=$("$kubectl" -n "$ns" logs "$1" -c "$2" 2>&1 || true)
+  while IFS= read -r line; do
+    if [[ $line =~ \(UUID:\ ([^\)]+)\) ]]; then
+      uuid=${BASH_REMATCH[1]}
+      if [[ $line == *"MIG Device"* ]]; then
+        unset 'list[${#list[@]}-1]'  # the parent GPU's line
+        list+=("MIG ${products[$uuid]:-?} ($uuid)")
+      else
+        list+=("${products[$uuid]:-?} ($uuid)")
+      fi
+    fi
+  done <<<"$out"
+  if [ ${#list[@]} -eq 0 ]; then echo "none: $(head -c 150 <<<"$out")"; else (IFS=';'; echo "${list[*]}"); fi
+}
+
 # report prints, per pod and container, the node and the GPUs it sees.
 report() {
   local pod node phase ctr
-  printf '%-42s %-10s %-8s %s\n' POD/CONTAINER NODE PHASE "GPUS (as the container sees them)"
+  load_products
+  printf '%-42s %-10s %-8s %s\n' POD/CONTAINER NODE PHASE "GPUS (as the container printed them)"
   for pod in $("$kubectl" -n "$ns" get pods -o jsonpath='{.items[*].metadata.name}'); do
     node=$("$kubectl" -n "$ns" get pod "$pod" -o jsonpath='{.spec.nodeName}')
     phase=$("$kubectl" -n "$ns" get pod "$pod" -o jsonpath='{.status.phase}')
@@ -66,37 +99,37 @@ report() {
       continue
     fi
     for ctr in $("$kubectl" -n "$ns" get pod "$pod" -o jsonpath='{.spec.containers[*].name}'); do
-      printf '%-42s %-10s %-8s %s\n' "$pod/$ctr" "$node" "$phase" \
-        "$("$kubectl" -n "$ns" logs "$pod" -c "$ctr" | grep '^GPU [0-9]*:' | paste -sd ';' -)"
+      printf '%-42s %-10s %-8s %s\n' "$pod/$ctr" "$node" "$phase" "$(gpus "$pod" "$ctr")"
     done
   done
 }
 
+# DEMO_SPECS is a glob (or several): word splitting and expansion wanted.
+# shellcheck disable=SC2206
 specs=(${DEMO_SPECS:-demo/specs/*.yaml})
 failed=0
 for spec in "${specs[@]}"; do
   log "== $(basename "$spec")"
   grep '^# ' "$spec" | grep -Ev '^# (then|node):' | sed 's/^# /   /'
-  # "# node: NAME=PROFILE FLAGS...": the scenario needs an extra node.
-  extra_node=$(sed -n 's/^# node: //p' "$spec")
-  if [ -n "$extra_node" ]; then
-    echo "   \$ test/cluster/cluster.sh add-node $extra_node"
-    # shellcheck disable=SC2086 # NAME=PROFILE and flags are separate words
-    "$cluster" add-node $extra_node >/dev/null
+  # "# node: NAME=PROFILE FLAGS...": the scenario needs a node whose plugin
+  # has other flags than the DaemonSet's; only the fast cluster can add one.
+  if grep -q '^# node:' "$spec"; then
+    echo "   (skipped here: needs a node with its own plugin flags — run it on the fast cluster: E2E_RUNTIME=fake, test/cluster/cluster.sh)"
+    continue
   fi
   "$kubectl" apply -f "$spec" >/dev/null
   settle || failed=1
   while IFS= read -r step; do
     echo "   \$ $step"
-    eval "${step/kubectl/\"$kubectl\"}" >/dev/null
+    step=${step//kubectl/\"$kubectl\"}
+    eval "${step/gpudra-cluster/\"$cluster\"}" >/dev/null
     sleep 2
     settle || failed=1
   done < <(sed -n 's/^# then: //p' "$spec")
   report
-  "$kubectl" delete -f "$spec" --wait=true --timeout=60s >/dev/null
-  "$kubectl" -n "$ns" wait --for=delete pod --all --timeout=60s >/dev/null 2>&1 || true
+  "$kubectl" delete -f "$spec" --wait=true --timeout=90s >/dev/null
+  "$kubectl" -n "$ns" wait --for=delete pod --all --timeout=90s >/dev/null 2>&1 || true
   "$kubectl" -n "$ns" delete events --all >/dev/null 2>&1 || true
-  if [ -n "$extra_node" ]; then "$cluster" remove-node "${extra_node%%=*}" >/dev/null; fi
 done
 [ "$failed" = 0 ] || { echo "!! some scenarios did not settle"; exit 1; }
-log "Demo complete: every scenario ran through the real scheduler, kubelet and gpudra plugin."
+log "Demo complete: every scenario ran through the real scheduler, kubelet, containerd and the Helm-installed gpudra driver."

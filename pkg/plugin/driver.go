@@ -167,8 +167,9 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		return nil, err
 	}
 	var metricsAddr net.Addr
+	reg8n := &registration{}
 	if o.MetricsAddress != "" {
-		if metricsAddr, err = serveMetrics(ctx, o, manager, hs); err != nil {
+		if metricsAddr, err = serveMetrics(ctx, o, manager, hs, reg8n); err != nil {
 			return nil, err
 		}
 	}
@@ -202,6 +203,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, fmt.Errorf("start kubelet plugin: %w", err)
 	}
+	reg8n.attach(helper)
 	_ = pub.Attach(ctx, helper) // publishes nothing before the leader says so
 	leader := newSliceLeader(o, pub, hs, func(ctx context.Context) {
 		if err := publishFirst(ctx, client, o.DriverName, o.NodeName, pub.Desired()); err != nil {

@@ -19,8 +19,9 @@ import (
 
 // serveMetrics registers the plugin's metrics and serves them with the
 // health endpoints until ctx is done. Ready means the kubelet's socket for
-// this plugin exists (the helper creates it when it starts serving).
-func serveMetrics(ctx context.Context, o *Options, m *prepare.Manager, hs *healthService) (net.Addr, error) {
+// this plugin exists (the helper creates it when it starts serving) and the
+// kubelet has confirmed the registration.
+func serveMetrics(ctx context.Context, o *Options, m *prepare.Manager, hs *healthService, reg8n *registration) (net.Addr, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if _, err := prepare.NewMetrics(reg, m); err != nil {
@@ -33,13 +34,18 @@ func serveMetrics(ctx context.Context, o *Options, m *prepare.Manager, hs *healt
 		}
 		hs.setMetrics(hm)
 	}
+	// The helper names the socket after the pod in rolling-update mode.
 	socket := filepath.Join(o.PluginDataDir(), "dra.sock")
+	if o.PodUID != "" {
+		socket = filepath.Join(o.PluginDataDir(), "dra-"+o.PodUID+".sock")
+	}
 	ready := endpoints.Check{Name: "dra-socket", Fn: func(*http.Request) error {
 		_, err := os.Stat(socket)
 		return err
 	}}
 	alive := endpoints.Check{Name: "process", Fn: func(*http.Request) error { return nil }}
-	addr, err := endpoints.Listen(ctx, o.MetricsAddress, endpoints.NewMux(reg, []endpoints.Check{alive}, []endpoints.Check{ready}))
+	registered := endpoints.Check{Name: "kubelet-registration", Fn: reg8n.check}
+	addr, err := endpoints.Listen(ctx, o.MetricsAddress, endpoints.NewMux(reg, []endpoints.Check{alive}, []endpoints.Check{ready, registered}))
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -152,10 +153,25 @@ func TestKubeletPath(t *testing.T) {
 	require.Contains(t, string(body), `gpudra_plugin_prepare_duration_seconds_count{result="success"} 2`)
 	require.Contains(t, string(body), `gpudra_plugin_unprepare_duration_seconds_count{result="success"} 1`)
 	require.Contains(t, string(body), `gpudra_plugin_prepared_claims 0`)
-	resp, err = http.Get("http://" + p.MetricsAddr.String() + "/readyz")
+	// Not ready until the kubelet confirms the registration, as it does
+	// through the registration socket.
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + p.MetricsAddr.String() + "/readyz")
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode, string(body)
+	}
+	code, body2 := readyz()
+	require.Equal(t, http.StatusInternalServerError, code)
+	require.Contains(t, body2, "kubelet-registration: the kubelet has not confirmed the registration yet")
+	regConn, err := grpc.NewClient("unix://"+filepath.Join(o.KubeletRegistrarDir, o.DriverName+"-reg.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	_ = resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	defer regConn.Close()
+	_, err = registerapi.NewRegistrationClient(regConn).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true})
+	require.NoError(t, err)
+	code, body2 = readyz()
+	require.Equal(t, http.StatusOK, code, body2)
 	require.NoError(t, context.Cause(ctx))
 }
 
