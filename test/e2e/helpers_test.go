@@ -108,7 +108,9 @@ func containerGPUs(t *testing.T, ns, podName, container string) []seenGPU {
 	// lines or an error naming itself.
 	done := func(out string) bool { return strings.Contains(out, "cdi-devices:") }
 	if realRuntime {
-		done = func(out string) bool { return strings.Contains(out, "(UUID: ") || strings.Contains(out, "gpudra-gpus:") }
+		done = func(out string) bool {
+			return strings.Contains(out, "(UUID: ") || strings.Contains(out, "gpudra-gpus:")
+		}
 	}
 	var out string
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {

@@ -15,8 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-
-
 func (c *Cluster) allComponents() []string {
 	return append(controlPlaneComponents(), c.nodeComponents()...)
 }
