@@ -298,7 +298,8 @@ func (m *Manager) restoreSharing(ctx context.Context, rec *checkpoint.ClaimRecor
 	if m.cfg.MPS == nil {
 		return false, errors.New("it has an MPS control daemon, but the plugin runs without an MPS control binary (--mps-control-path)")
 	}
-	return m.cfg.MPS.Ensure(ctx, rec.UID, rec.MPS)
+	res, err := m.cfg.MPS.Ensure(ctx, rec.UID, rec.MPS)
+	return res.Replaced, err
 }
 
 // withSharingEdits adds what reaching the claim's MPS daemon needs.

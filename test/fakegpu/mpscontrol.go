@@ -150,7 +150,7 @@ func mpsRequest(addr, line string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(time.Now().Add(clientTimeout))
 	if _, err := io.WriteString(conn, line+"\n"); err != nil {
 		return err

@@ -52,7 +52,7 @@ func mpsDaemon(pipeDir, logDir string, stdout io.Writer) error {
 		return fmt.Errorf("create control socket: %w", err)
 	}
 	// Close removes the socket, so only a daemon that is killed leaves one.
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	pidFile := filepath.Join(pipeDir, ControlPIDFile)
 	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return err
@@ -99,7 +99,7 @@ func mpsDaemon(pipeDir, logDir string, stdout io.Writer) error {
 // serve answers one client connection: one command line, then the answer,
 // then the daemon closes the connection.
 func (d *daemon) serve(c net.Conn) (quit bool) {
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(clientTimeout))
 	line, rerr := bufio.NewReader(c).ReadString('\n')
 	if rerr != nil && line == "" {
