@@ -12,8 +12,11 @@ import (
 
 // startBackground starts what runs beside the kubelet's calls: the health
 // monitor (and with it taint publishing, health events and claim status
-// refreshes) and the claim status writer.
+// refreshes), the claim status writer and the MPS daemon check.
 func (d *Driver) startBackground(ctx context.Context) {
+	if d.mpsCheckInterval > 0 {
+		d.background.Go(func() { superviseMPS(ctx, d.manager, d.mpsCheckInterval) })
+	}
 	if d.status != nil {
 		if d.health != nil {
 			d.status.health = d.health.mon.Snapshot

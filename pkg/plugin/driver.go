@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,6 +37,10 @@ type Driver struct {
 	health *healthService
 	status *claimStatus
 	events *eventSink
+	// mpsCheckInterval: see superviseMPS (0: off).
+	mpsCheckInterval time.Duration
+	// background counts the loops startBackground starts besides health.
+	background sync.WaitGroup
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -150,9 +156,12 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
+	// Events first: recovery reports MPS daemons it had to start again.
+	events := newEventSink(ctx, client, o, store)
 	manager, err := prepare.New(prepare.Config{
 		DriverName: o.DriverName, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
 		LockDir: filepath.Join(o.PluginDataDir(), "locks"), MIG: mig.NewManager(gpus.Lib), TimeSlicer: slicer, MPS: mps,
+		OnMPSDaemon: events.mpsDaemon,
 	})
 	if err != nil {
 		return nil, err
@@ -177,8 +186,8 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, fmt.Errorf("build ResourceSlice: %w", err)
 	}
-	driver := &Driver{manager: manager, cancel: fatal, health: hs, events: newEventSink(ctx, client, o, store),
-		status: newClaimStatus(client, o, store, pub)}
+	driver := &Driver{manager: manager, cancel: fatal, health: hs, events: events,
+		status: newClaimStatus(client, o, store, pub), mpsCheckInterval: o.MPSCheckInterval}
 	driver.events.recoverFailed(recovered.Failed)
 	driver.events.unavailableGPUs(o.NodeName, gpus.Node.Unavailable)
 	_ = pub.SetBase(ctx, resources)          // no helper yet: only recorded
@@ -221,6 +230,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		if hs != nil {
 			hs.wait()
 		}
+		driver.background.Wait()
 	}
 	logger.Info("gpu-kubelet-plugin running", "node", o.NodeName, "driver", o.DriverName, "gpus", len(gpus.Node.GPUs),
 		"cdiRoot", o.CDIRoot, "dataDir", o.PluginDataDir())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -29,6 +30,11 @@ const (
 	ReasonRecoverFailed   = "RecoverFailed"
 	// ReasonGPUUnavailable: a GPU NVML counts did not answer at start-up.
 	ReasonGPUUnavailable = "GPUUnavailable"
+	// ReasonMPSDaemonReplaced: a prepared claim's MPS control daemon
+	// stopped answering and was started again.
+	ReasonMPSDaemonReplaced = "MPSDaemonReplaced"
+	// ReasonMPSDaemonFailed: it stopped answering and could not be.
+	ReasonMPSDaemonFailed = "MPSDaemonFailed"
 )
 
 // eventSink records events.k8s.io Events on claims and pods: failed
@@ -78,6 +84,39 @@ func (e *eventSink) recoverFailed(failures []prepare.RecoverFailure) {
 			Namespace: ns, Name: name, UID: types.UID(f.ClaimUID)}
 		e.recorder.Eventf(claimRef, nil, corev1.EventTypeWarning, ReasonRecoverFailed, "Recover", "%s", truncateNote(f.Err.Error()))
 	}
+}
+
+// mpsDaemon records a Warning on a claim whose MPS control daemon stopped
+// answering, and on the pods using it: it was started again, and CUDA
+// processes connected to the old one must be restarted (or it could not
+// be). It does not block: the pods are looked up in the background.
+func (e *eventSink) mpsDaemon(ev prepare.MPSDaemonEvent) {
+	if e == nil {
+		return
+	}
+	ns, name, ok := strings.Cut(ev.Claim, "/")
+	if !ok {
+		return
+	}
+	reason := ReasonMPSDaemonReplaced
+	note := "The MPS control daemon of this claim stopped answering (" + ev.Reason + "; the plugin container that ran it was " +
+		"restarted or replaced) and has been started again with the claim's settings. CUDA processes that were connected " +
+		"to the old daemon lost their MPS server and must be restarted (restart the claim's pods); new processes reach the new daemon."
+	if ev.Err != nil {
+		reason = ReasonMPSDaemonFailed
+		note = "The MPS control daemon of this claim stopped answering (" + ev.Reason + ") and could not be started again: " +
+			ev.Err.Error() + ". MPS clients of this claim cannot run; retried every --mps-check-interval."
+	}
+	claimRef := &corev1.ObjectReference{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaim",
+		Namespace: ns, Name: name, UID: types.UID(ev.ClaimUID)}
+	e.recorder.Eventf(claimRef, nil, corev1.EventTypeWarning, reason, "MPSDaemon", "%s", truncateNote(note))
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, pod := range e.podsOf(ctx, ns, name, ev.ClaimUID) {
+			e.recorder.Eventf(pod, claimRef, corev1.EventTypeWarning, reason, "MPSDaemon", "%s", truncateNote(note))
+		}
+	}()
 }
 
 // healthChanged records an event on the claims holding a device whose GPU

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -44,7 +45,10 @@ type Options struct {
 	NvidiaSMIPath  string
 	MPSControlPath string
 	MPSRoot        string
-	Health         HealthOptions
+	// MPSCheckInterval is how often the MPS daemons of prepared claims are
+	// checked (0: never; see superviseMPS).
+	MPSCheckInterval time.Duration
+	Health           HealthOptions
 }
 
 // Discovery holds the flags inspect and the plugin share.
@@ -136,6 +140,13 @@ func envList(name string) []string {
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(env(name, "")); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(env(name, "")); err == nil {
 		return v
 	}
 	return def

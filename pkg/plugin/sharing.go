@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/pkg/nvmllib"
+	"github.com/gpudra/gpudra/pkg/prepare"
 	"github.com/gpudra/gpudra/pkg/sharing"
 	"github.com/gpudra/gpudra/pkg/slice"
 )
@@ -36,6 +38,25 @@ func (o *Options) addSharingToolFlags(fs *pflag.FlagSet) {
 		"nvidia-cuda-mps-control used to run MPS control daemons. Default: <nvidia-driver-root>/usr/bin/nvidia-cuda-mps-control or $PATH. [$MPS_CONTROL_PATH]")
 	fs.StringVar(&o.MPSRoot, "mps-root", env("MPS_ROOT", ""),
 		"Host directory for the MPS daemons' pipe and log directories (mounted into containers). Default: <plugin dir>/mps. [$MPS_ROOT]")
+	fs.DurationVar(&o.MPSCheckInterval, "mps-check-interval", envDuration("MPS_CHECK_INTERVAL", 10*time.Second),
+		"How often the MPS control daemon of every prepared claim is asked whether it answers; one that does not (its plugin "+
+			"container was restarted, or a rolling update's old pod exited) is started again and a MPSDaemonReplaced event "+
+			"is recorded on the claim. 0 disables the check (recovery and repeated prepares still do it). [$MPS_CHECK_INTERVAL]")
+}
+
+// superviseMPS checks the MPS daemons of prepared claims every interval
+// until ctx is done (Manager.CheckMPSDaemons; each claim under its lock).
+func superviseMPS(ctx context.Context, m *prepare.Manager, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.CheckMPSDaemons(ctx)
+		}
+	}
 }
 
 func (o *Options) validateSharing() error {

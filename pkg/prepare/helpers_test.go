@@ -6,7 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,6 +43,9 @@ type env struct {
 	bootID  string
 	slicer  *recordingSlicer
 	mpsRoot string
+	// mpsEvents collects what the managers report through OnMPSDaemon.
+	mpsMu     sync.Mutex
+	mpsEvents []MPSDaemonEvent
 }
 
 func newEnv(t testing.TB, gpus int) *env {
@@ -75,11 +81,13 @@ func (e *env) tryManager() (*Manager, RecoverReport, error) {
 	}
 	if e.mpsRoot == "" {
 		e.mpsRoot = e.t.TempDir()
+		// The fake daemon, like the real one, outlives its directory.
+		e.t.Cleanup(func() { killDaemonsUnder(e.mpsRoot) })
 	}
 	mps, err := sharing.NewMPSControl(sharing.MPSOptions{ControlPath: fakeMPSControl(e.t), Root: e.mpsRoot})
 	require.NoError(e.t, err)
 	m, err := New(Config{DriverName: testDriver, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir,
-		TimeSlicer: e.slicer, MPS: mps})
+		TimeSlicer: e.slicer, MPS: mps, OnMPSDaemon: e.recordMPS})
 	require.NoError(e.t, err)
 	rep, err := m.Recover(ctx(e.t))
 	return m, rep, err
@@ -240,4 +248,37 @@ func fakeMPSControl(t testing.TB) string {
 	})
 	require.NoError(t, fakeMPSErr)
 	return fakeMPSPath
+}
+
+func (e *env) recordMPS(ev MPSDaemonEvent) {
+	e.mpsMu.Lock()
+	defer e.mpsMu.Unlock()
+	e.mpsEvents = append(e.mpsEvents, ev)
+}
+
+// takeMPSEvents returns the reported events and forgets them.
+func (e *env) takeMPSEvents() []MPSDaemonEvent {
+	e.mpsMu.Lock()
+	defer e.mpsMu.Unlock()
+	evs := e.mpsEvents
+	e.mpsEvents = nil
+	return evs
+}
+
+// killDaemonsUnder kills the MPS control daemons whose pipe directory is
+// under root.
+func killDaemonsUnder(root string) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if dir, ok := strings.CutPrefix(kv, "CUDA_MPS_PIPE_DIRECTORY="); ok && strings.HasPrefix(dir, root+"/") {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -52,6 +53,10 @@ type Config struct {
 	// kubelet's: a deadline passing half-way must not leave a claim half
 	// released.
 	CleanupTimeout time.Duration
+	// OnMPSDaemon is told about every prepared claim whose MPS control
+	// daemon stopped answering and was started again (or could not be); it
+	// must not block. Optional.
+	OnMPSDaemon func(MPSDaemonEvent)
 }
 
 const defaultCleanupTimeout = 2 * time.Minute
@@ -69,6 +74,9 @@ type Manager struct {
 	// recoverFailed is what the last Recover could not settle (for metrics).
 	recoverMu     sync.Mutex
 	recoverFailed []RecoverFailure
+	// mpsReplaced and mpsFailed count daemons of prepared claims found gone
+	// and started again, or not (for metrics).
+	mpsReplaced, mpsFailed atomic.Int64
 }
 
 // New creates a Manager. Call Recover before serving requests.

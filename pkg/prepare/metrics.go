@@ -26,6 +26,10 @@ const (
 	// MetricTimeSliceRestoresPending counts GPUs that no claim holds and
 	// whose default time slice could not be restored yet.
 	MetricTimeSliceRestoresPending = "gpudra_plugin_timeslice_restores_pending"
+	// MetricMPSDaemonsRestarted counts MPS control daemons of prepared
+	// claims found not answering, by result: "replaced" (started again; the
+	// claim's CUDA clients of the old one must restart) or "failed".
+	MetricMPSDaemonsRestarted = "gpudra_plugin_mps_daemons_restarted_total"
 )
 
 // Error reasons of the errors metric.
@@ -71,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer, m *Manager) (*Metrics, error) {
 			Help: "Time to write a checkpoint record, by durability (fsync or not).", Buckets: latencyBuckets}, []string{"durable"}),
 	}
 	collectors := []prometheus.Collector{x.prepare, x.unprepare, x.ops, x.errors, x.checkpoint, newHeldCollector(m),
-		newRecoveryCollector(m)}
+		newRecoveryCollector(m), newMPSCollector(m)}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -196,6 +200,26 @@ func (c *recoveryCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.GaugeValue, float64(len(claims)))
 	ch <- prometheus.MustNewConstMetric(c.restores, prometheus.GaugeValue, float64(restores))
+}
+
+// mpsCollector reports the manager's counts of MPS daemons started again
+// (they count from the plugin's start, recovery included).
+type mpsCollector struct {
+	m    *Manager
+	desc *prometheus.Desc
+}
+
+func newMPSCollector(m *Manager) *mpsCollector {
+	return &mpsCollector{m: m, desc: prometheus.NewDesc(MetricMPSDaemonsRestarted,
+		"MPS control daemons of prepared claims that stopped answering, by result: replaced (started again; "+
+			"CUDA processes connected to the old daemon must be restarted) or failed.", []string{"result"}, nil)}
+}
+
+func (c *mpsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *mpsCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.m.mpsReplaced.Load()), "replaced")
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.m.mpsFailed.Load()), "failed")
 }
 
 // tagged marks err with a kind sentinel for Reason without changing its

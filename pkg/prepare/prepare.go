@@ -105,6 +105,10 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		if rewritten {
 			logger.Info("CDI spec of a prepared claim was missing; wrote it again", "claim", ref, "uid", uid)
 		}
+		// Its MPS daemon is adopted if it answers, started again if not.
+		if _, err := m.ensureMPS(ctx, rec); err != nil {
+			return nil, fmt.Errorf("its MPS control daemon: %w", err)
+		}
 		return kubeletDevices(rec), nil
 	}
 	if rec != nil {

@@ -34,6 +34,10 @@ type RecoverReport struct {
 	// TimeSliceRestoresPending are GPUs that no claim holds and whose default
 	// time slice could not be restored yet (retried with their next claim).
 	TimeSliceRestoresPending int
+	// MPSReplaced are MPS control daemons of restored claims that no longer
+	// answered (the plugin container that ran them was restarted) and were
+	// started again; each is reported through Config.OnMPSDaemon.
+	MPSReplaced int
 	// Failed is what could not be settled; everything else was.
 	Failed []RecoverFailure
 }
@@ -117,7 +121,7 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 	logger.Info("Recovered prepared claims", "restored", rep.Restored, "rolledBack", rep.RolledBack,
 		"stale", rep.Stale, "orphanSpecs", rep.OrphanSpecs, "specsRewritten", rep.SpecsRewritten,
 		"migDestroyed", rep.MIGDestroyed, "migRecreated", rep.MIGRecreated,
-		"timeSliceRestoresPending", rep.TimeSliceRestoresPending, "failed", len(rep.Failed))
+		"timeSliceRestoresPending", rep.TimeSliceRestoresPending, "mpsReplaced", rep.MPSReplaced, "failed", len(rep.Failed))
 	return rep, nil
 }
 
@@ -227,14 +231,12 @@ func (m *Manager) restore(ctx context.Context, rec *checkpoint.ClaimRecord, rep 
 	if rewritten {
 		rep.SpecsRewritten++
 	}
-	changed, err := m.restoreSharing(ctx, rec, plan)
+	replaced, err := m.restoreSharing(ctx, rec, plan)
+	if replaced {
+		rep.MPSReplaced++
+	}
 	if err != nil {
 		return fmt.Errorf("restore its GPU sharing: %w", err)
-	}
-	if changed {
-		if err := m.putRecord(rec, true); err != nil {
-			return fmt.Errorf("record its new MPS control daemon: %w", err)
-		}
 	}
 	return nil
 }

@@ -282,8 +282,9 @@ func (m *Manager) held(device string) bool {
 }
 
 // restoreSharing brings a recovered claim's sharing back: time slices set
-// again (a GPU reset clears them), the MPS daemon adopted or restarted. It
-// reports whether rec changed (a new daemon PID) and must be written.
+// again (a GPU reset clears them), the MPS daemon adopted if it answers,
+// whichever plugin instance started it, or started again (ensureMPS). It
+// reports whether the daemon was started again.
 func (m *Manager) restoreSharing(ctx context.Context, rec *checkpoint.ClaimRecord, plan []planned) (bool, error) {
 	for _, d := range sharingDevices(plan) {
 		if interval, ok := d.SetsTimeSlice(); ok {
@@ -292,13 +293,7 @@ func (m *Manager) restoreSharing(ctx context.Context, rec *checkpoint.ClaimRecor
 			}
 		}
 	}
-	if rec.MPS == nil {
-		return false, nil
-	}
-	if m.cfg.MPS == nil {
-		return false, errors.New("it has an MPS control daemon, but the plugin runs without an MPS control binary (--mps-control-path)")
-	}
-	return m.cfg.MPS.Ensure(ctx, rec.UID, rec.MPS)
+	return m.ensureMPS(ctx, rec)
 }
 
 // withSharingEdits adds what reaching the claim's MPS daemon needs.

@@ -1,15 +1,12 @@
 package sharing
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,8 +27,6 @@ const (
 	pipeSubdir = "pipe"
 	logSubdir  = "log"
 	pidFile    = "daemon.pid"
-	// controlEntry appears in the pipe directory once the daemon listens.
-	controlEntry = "control"
 )
 
 // MPSOptions configure MPSControl.
@@ -39,25 +34,43 @@ type MPSOptions struct {
 	// ControlPath is nvidia-cuda-mps-control (real) or the fake one.
 	ControlPath string
 	// Root holds one directory per claim (<Root>/<claimUID>/{pipe,log}); it
-	// must be a host path, because it is mounted into containers.
+	// must be a host path, because it is mounted into containers, and every
+	// plugin instance of the node (two during a rolling update) must use the
+	// same one.
 	Root string
-	// StartTimeout bounds the wait for a new daemon to listen (default 10s).
+	// StartTimeout bounds the wait for a new daemon to answer (default 10s).
 	StartTimeout time.Duration
 	// StopTimeout bounds the wait for a daemon to quit before it is killed
-	// (default 10s).
+	// (default 10s), and a command sent to it.
 	StopTimeout time.Duration
+	// ProbeTimeout bounds one liveness query of a daemon (default 5s).
+	ProbeTimeout time.Duration
 	// Env is added to the environment of the control tool and daemon.
 	Env []string
 }
 
-// MPSControl starts, adopts and stops one MPS control daemon per claim. The
-// daemons run in their own session, so they outlive a crash of the plugin
-// process; their PID and directories are in the claim's checkpoint record
-// and in a pid file, so a restarted plugin adopts them (or starts them
-// again) and never leaks one.
+// MPSControl starts, adopts and stops one MPS control daemon per claim.
+//
+// A daemon is identified by its control pipe answering a harmless query
+// (probe), not by a PID. The plugin may run in a PID namespace of its own
+// (the chart's DaemonSet has no hostPID), and during a rolling update two
+// plugin pods run side by side, each in its own namespace: a PID that one
+// of them recorded means nothing, or another process, to the other. Both
+// see the same pipe directory (a host path), and a connection to it reaches
+// the daemon whoever started it; a daemon that died leaves its socket
+// behind, so the control entry existing proves nothing. The PID in the pid
+// file, with the PID namespace it belongs to, is used only where it is
+// visible: to kill a daemon of ours that ignores "quit" or hangs.
+//
+// The directory of a daemon that answers is never removed: a daemon whose
+// directory is gone cannot be reached or stopped any more. Callers hold the
+// claim's lock (shared by all plugin instances of the node) around every
+// call for that claim.
 type MPSControl struct {
 	opts MPSOptions
-	mu   sync.Mutex
+	// pidNS identifies this process's PID namespace ("pid:[4026531836]").
+	pidNS string
+	mu    sync.Mutex
 	// exited is closed when a daemon started by this process has been reaped.
 	exited map[int]chan struct{}
 }
@@ -70,20 +83,27 @@ func NewMPSControl(opts MPSOptions) (*MPSControl, error) {
 	if err := os.MkdirAll(opts.Root, 0o755); err != nil {
 		return nil, fmt.Errorf("create MPS state directory: %w", err)
 	}
-	if opts.StartTimeout == 0 {
-		opts.StartTimeout = 10 * time.Second
+	for _, d := range []*time.Duration{&opts.StartTimeout, &opts.StopTimeout} {
+		if *d <= 0 {
+			*d = 10 * time.Second
+		}
 	}
-	if opts.StopTimeout == 0 {
-		opts.StopTimeout = 10 * time.Second
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 5 * time.Second
 	}
-	return &MPSControl{opts: opts, exited: map[int]chan struct{}{}}, nil
+	ns, _ := os.Readlink("/proc/self/ns/pid")
+	return &MPSControl{opts: opts, pidNS: ns, exited: map[int]chan struct{}{}}, nil
 }
 
 // ClaimDir is the directory of a claim's daemon.
 func (c *MPSControl) ClaimDir(claimUID string) string { return filepath.Join(c.opts.Root, claimUID) }
 
-// Start starts the daemon described by d (Devices and limits set; Dir and PID
-// are filled in) and applies its settings. On error nothing is left running.
+// Start starts the daemon described by d (Devices and limits set; Dir and
+// PID are filled in) and applies its settings. A daemon that still answers
+// in the claim's directory (an interrupted earlier attempt, whichever plugin
+// instance made it) is stopped through its pipe first; if it does not stop,
+// Start fails and leaves it and its directory alone. On error nothing Start
+// started is left running.
 func (c *MPSControl) Start(ctx context.Context, claimUID string, d *checkpoint.MPSDaemon) error {
 	if err := model.ValidateUID(claimUID); err != nil {
 		return err
@@ -92,14 +112,9 @@ func (c *MPSControl) Start(ctx context.Context, claimUID string, d *checkpoint.M
 		return fmt.Errorf("start MPS control daemon: %w: no nvidia-cuda-mps-control configured (--mps-control-path)", ErrNoTool)
 	}
 	d.Dir = c.ClaimDir(claimUID)
-	// A leftover of an earlier attempt (its daemon is stopped first).
-	if err := c.StopClaim(ctx, claimUID); err != nil {
+	existed, err := c.readyDir(ctx, d.Dir)
+	if err != nil {
 		return err
-	}
-	for _, sub := range []string{pipeSubdir, logSubdir} {
-		if err := os.MkdirAll(filepath.Join(d.Dir, sub), 0o755); err != nil {
-			return fmt.Errorf("create MPS directory: %w", err)
-		}
 	}
 	out, err := os.OpenFile(filepath.Join(d.Dir, logSubdir, "daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -111,8 +126,15 @@ func (c *MPSControl) Start(ctx context.Context, claimUID string, d *checkpoint.M
 	cmd.Stdout, cmd.Stderr = out, out
 	// Own session: a signal to the plugin's process group does not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// What a failed start leaves: a directory that existed before stays
+	// (the claim's containers may bind-mount it), a new one goes.
+	cleanup := func() {
+		if !existed {
+			_ = os.RemoveAll(d.Dir)
+		}
+	}
 	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(d.Dir)
+		cleanup()
 		return fmt.Errorf("start MPS control daemon %s: %w; set --mps-control-path to the driver's nvidia-cuda-mps-control", c.opts.ControlPath, err)
 	}
 	d.PID = cmd.Process.Pid
@@ -125,20 +147,64 @@ func (c *MPSControl) Start(ctx context.Context, claimUID string, d *checkpoint.M
 		close(done)
 	}()
 	fail := func(err error) error {
-		_ = c.StopClaim(ctx, claimUID)
+		select {
+		case <-done:
+		default:
+			_ = syscall.Kill(d.PID, syscall.SIGKILL)
+		}
+		c.waitExit(d.PID, c.opts.StopTimeout)
+		c.clearPipeDir(ctx, d.Dir)
+		cleanup()
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(d.Dir, pidFile), []byte(strconv.Itoa(d.PID)), 0o644); err != nil {
-		return fail(fmt.Errorf("write MPS daemon pid file: %w", err))
-	}
-	if err := c.waitListening(ctx, d, done); err != nil {
+	if err := c.writePIDFile(d.Dir, d.PID); err != nil {
 		return fail(err)
 	}
-	if err := c.applySettings(ctx, d); err != nil {
+	if err := c.waitAnswering(ctx, d, done); err != nil {
 		return fail(err)
+	}
+	if cmds := Commands(d); len(cmds) > 0 {
+		if _, err := c.run(ctx, d.Dir, c.opts.StopTimeout, cmds...); err != nil {
+			return fail(err)
+		}
 	}
 	klog.FromContext(ctx).V(3).Info("Started MPS control daemon", "claimUID", claimUID, "pid", d.PID, "devices", d.Devices)
 	return nil
+}
+
+// readyDir makes a claim's directory ready for a new daemon and reports
+// whether it existed: a daemon that answers there is stopped through its
+// pipe, what a dead one left in the pipe directory is removed. The
+// directories themselves are kept, so that the bind mounts of the claim's
+// containers keep pointing at the directory the new daemon listens in.
+func (c *MPSControl) readyDir(ctx context.Context, dir string) (bool, error) {
+	_, err := os.Lstat(dir)
+	existed := err == nil
+	if existed {
+		if err := c.stopDaemon(ctx, dir); err != nil {
+			return true, err
+		}
+		c.clearPipeDir(ctx, dir)
+	}
+	for _, sub := range []string{pipeSubdir, logSubdir} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return existed, fmt.Errorf("create MPS directory: %w", err)
+		}
+	}
+	return existed, nil
+}
+
+// clearPipeDir removes what a daemon that no longer answers left in its
+// pipe directory (its socket, its pid files).
+func (c *MPSControl) clearPipeDir(ctx context.Context, dir string) {
+	pipe := filepath.Join(dir, pipeSubdir)
+	entries, _ := os.ReadDir(pipe)
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(pipe, e.Name())); err != nil {
+			klog.FromContext(ctx).Error(err, "Leftover of a dead MPS control daemon not removed", "path", filepath.Join(pipe, e.Name()))
+		}
+	}
+	_ = os.Remove(filepath.Join(dir, pidFile))
 }
 
 func (c *MPSControl) env(dir string) []string {
@@ -147,124 +213,69 @@ func (c *MPSControl) env(dir string) []string {
 		"CUDA_MPS_LOG_DIRECTORY="+filepath.Join(dir, logSubdir))
 }
 
-func (c *MPSControl) waitListening(ctx context.Context, d *checkpoint.MPSDaemon, done <-chan struct{}) error {
-	ctl := filepath.Join(d.Dir, pipeSubdir, controlEntry)
-	deadline := time.NewTimer(c.opts.StartTimeout)
-	defer deadline.Stop()
-	for {
-		if _, err := os.Lstat(ctl); err == nil {
-			return nil
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("MPS control daemon exited at start: %s", c.tail(d.Dir))
-		case <-deadline.C:
-			return fmt.Errorf("MPS control daemon did not create %s within %s: %s", ctl, c.opts.StartTimeout, c.tail(d.Dir))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+// EnsureResult says what Ensure found.
+type EnsureResult struct {
+	// Replaced is set when the claim's daemon did not answer and a new one
+	// was started with the same directories and settings. CUDA processes
+	// that were connected to the old daemon lost their MPS server and must
+	// be restarted; new processes in the claim's containers reach the new
+	// daemon (the pipe directory they mount is the same).
+	Replaced bool
+	// OldPID is the recorded PID of the daemon that was replaced (in the
+	// PID namespace of the plugin instance that started it).
+	OldPID int
+	// Reason is why the old daemon counted as gone.
+	Reason string
 }
 
-// tail returns the end of the daemon's output, for error messages.
-func (c *MPSControl) tail(dir string) string {
-	b, _ := os.ReadFile(filepath.Join(dir, logSubdir, "daemon.out"))
-	s := strings.TrimSpace(string(b))
-	if len(s) > 300 {
-		s = "..." + s[len(s)-300:]
+// Ensure makes sure the daemon of a prepared claim runs: a daemon that
+// answers in the claim's directory is adopted, whichever plugin instance
+// started it; otherwise the dead daemon's leftovers are removed and a new
+// one is started with the same settings (d.PID changes), and the result
+// says so.
+func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *checkpoint.MPSDaemon) (EnsureResult, error) {
+	if err := model.ValidateUID(claimUID); err != nil {
+		return EnsureResult{}, err
 	}
-	if s == "" {
-		return "no output"
-	}
-	return s
-}
-
-// Commands returns the control commands that apply d's settings.
-func Commands(d *checkpoint.MPSDaemon) []string {
-	var cmds []string
-	if d.ActiveThreadPercentage > 0 {
-		cmds = append(cmds, fmt.Sprintf("set_default_active_thread_percentage %d", d.ActiveThreadPercentage))
-	}
-	for i, limit := range d.PinnedMemoryLimits {
-		if limit > 0 {
-			cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit %d %s", i, MiB(limit)))
-		}
-	}
-	return cmds
-}
-
-// MiB renders a limit in whole MiB the way MPS takes it ("20480M"),
-// rounding down.
-func MiB(bytes int64) string { return strconv.FormatInt(bytes>>20, 10) + "M" }
-
-// applySettings sends the settings to a daemon that has just started. The
-// control entry can appear a moment before the daemon accepts connections,
-// so a failed send is retried briefly.
-func (c *MPSControl) applySettings(ctx context.Context, d *checkpoint.MPSDaemon) error {
-	cmds := Commands(d)
-	if len(cmds) == 0 {
-		return nil
-	}
-	var err error
-	for delay := 5 * time.Millisecond; delay < time.Second; delay *= 2 {
-		if err = c.send(ctx, d.Dir, cmds); err == nil {
-			return nil
-		}
+	logger := klog.FromContext(ctx).WithValues("claimUID", claimUID)
+	err := c.probe(ctx, c.ClaimDir(claimUID))
+	if err != nil {
+		// One more try, so that a daemon busy for a moment is not replaced.
 		select {
 		case <-ctx.Done():
-			return err
-		case <-time.After(delay):
+			return EnsureResult{}, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
 		}
+		err = c.probe(ctx, c.ClaimDir(claimUID))
 	}
-	return err
+	if err == nil {
+		logger.V(3).Info("Adopted running MPS control daemon", "recordedPID", d.PID)
+		return EnsureResult{}, nil
+	}
+	res := EnsureResult{Replaced: true, OldPID: d.PID, Reason: err.Error()}
+	logger.Info("MPS control daemon of a prepared claim does not answer; starting a new one", "oldPID", d.PID, "reason", res.Reason)
+	if err := c.Start(ctx, claimUID, d); err != nil {
+		return res, fmt.Errorf("replace the MPS control daemon that does not answer (%s): %w", res.Reason, err)
+	}
+	return res, nil
 }
 
-// send runs the control tool in client mode with the commands on stdin.
-func (c *MPSControl) send(ctx context.Context, dir string, cmds []string) error {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.StopTimeout)
-	defer cancel()
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, c.opts.ControlPath)
-	cmd.Env = c.env(dir)
-	cmd.Stdin = strings.NewReader(strings.Join(cmds, "\n") + "\n")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("send %q to the MPS control daemon in %s: %w: %s", cmds, dir, err, strings.TrimSpace(out.String()))
-	}
-	return nil
-}
-
-// Ensure makes sure the daemon of a restored claim runs: it adopts the
-// recorded process if that is still our daemon, otherwise it starts a new
-// one with the same settings (d.PID changes). It reports whether it started one.
-func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *checkpoint.MPSDaemon) (bool, error) {
-	if d.PID > 0 && c.isOurDaemon(d.PID, d.Dir) {
-		klog.FromContext(ctx).V(3).Info("Adopted running MPS control daemon", "claimUID", claimUID, "pid", d.PID)
-		return false, nil
-	}
-	klog.FromContext(ctx).Info("MPS control daemon of a prepared claim is gone; starting it again", "claimUID", claimUID, "oldPID", d.PID)
-	return true, c.Start(ctx, claimUID, d)
-}
-
-// StopClaim stops the daemon of a claim, if any (found through its pid
-// file, so it also works for a claim whose record never got the PID), and
-// removes its directories. Stopping a claim without a daemon succeeds.
+// StopClaim stops the daemon of a claim, if any, through its pipe, and
+// removes its directories. It finds the daemon by its pipe, not by a PID,
+// so it also stops one that another plugin instance started, or whose
+// record never got the PID. Stopping a claim without a daemon succeeds. A
+// daemon that still answers after "quit" (and cannot be killed because its
+// process is not visible here) fails the call and keeps its directory.
 func (c *MPSControl) StopClaim(ctx context.Context, claimUID string) error {
 	if err := model.ValidateUID(claimUID); err != nil {
 		return err
 	}
 	dir := c.ClaimDir(claimUID)
-	b, err := os.ReadFile(filepath.Join(dir, pidFile))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return fmt.Errorf("read MPS daemon pid file: %w", err)
-	default:
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-		if pid > 0 && c.isOurDaemon(pid, dir) {
-			c.stop(ctx, pid, dir)
-		}
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := c.stopDaemon(ctx, dir); err != nil {
+		return fmt.Errorf("stop the MPS control daemon of claim %s: %w", claimUID, err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove MPS directory of claim %s: %w", claimUID, err)
@@ -272,45 +283,10 @@ func (c *MPSControl) StopClaim(ctx context.Context, claimUID string) error {
 	return nil
 }
 
-// stop asks the daemon to quit and kills it after StopTimeout.
-func (c *MPSControl) stop(ctx context.Context, pid int, dir string) {
-	logger := klog.FromContext(ctx)
-	if err := c.send(ctx, dir, []string{"quit"}); err != nil {
-		logger.Info("MPS daemon did not take 'quit'; killing it", "pid", pid, "err", err)
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	if c.waitExit(pid, c.opts.StopTimeout) {
-		return
-	}
-	logger.Info("MPS daemon did not quit in time; killing it", "pid", pid, "timeout", c.opts.StopTimeout)
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	c.waitExit(pid, c.opts.StopTimeout)
-}
-
-func (c *MPSControl) waitExit(pid int, timeout time.Duration) bool {
-	c.mu.Lock()
-	done, child := c.exited[pid]
-	c.mu.Unlock()
-	if child {
-		select {
-		case <-done:
-			c.mu.Lock()
-			delete(c.exited, pid)
-			c.mu.Unlock()
-			return true
-		case <-time.After(timeout):
-			return false
-		}
-	}
-	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if !alive(pid) {
-			return true
-		}
-	}
-	return false
-}
-
-// Orphans lists claim UIDs that have a daemon directory.
+// Orphans lists the claim UIDs that have a daemon directory but that
+// isKnown does not know. StopClaim stops their daemons through their pipes
+// (a daemon of an unknown claim that answers is found here too: its
+// directory is the only way to reach it).
 func (c *MPSControl) Orphans(isKnown func(claimUID string) bool) ([]string, error) {
 	entries, err := os.ReadDir(c.opts.Root)
 	if err != nil {
@@ -323,34 +299,4 @@ func (c *MPSControl) Orphans(isKnown func(claimUID string) bool) ([]string, erro
 		}
 	}
 	return out, nil
-}
-
-// isOurDaemon reports whether pid is alive and is the daemon of dir: its
-// environment names dir's pipe directory. A recycled PID never matches.
-func (c *MPSControl) isOurDaemon(pid int, dir string) bool {
-	if !alive(pid) {
-		return false
-	}
-	env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
-	if err != nil {
-		return false
-	}
-	want := "CUDA_MPS_PIPE_DIRECTORY=" + filepath.Join(dir, pipeSubdir)
-	for _, kv := range bytes.Split(env, []byte{0}) {
-		if string(kv) == want {
-			return true
-		}
-	}
-	return false
-}
-
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	// "pid (comm) S ...": the state follows the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }

@@ -6,9 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -22,8 +20,13 @@ import (
 var binDir string
 
 // TestMain builds the fake nvidia-smi and MPS control once: the code under
-// test runs them as real processes, as on a simulated node.
+// test runs them as real processes, as on a simulated node. Started with
+// helperEnv set, the test binary is instead a plugin instance in a PID
+// namespace of its own (mps_pidns_test.go).
 func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(runPluginHelper())
+	}
 	dir, err := os.MkdirTemp("", "gpudra-sharing-test-")
 	if err != nil {
 		panic(err)
@@ -145,69 +148,6 @@ func TestNvidiaSMI(t *testing.T) {
 	require.ErrorContains(t, err, `No devices were found matching "not-a-uuid"`)
 	require.ErrorIs(t, NvidiaSMI{Path: "/nonexistent/nvidia-smi"}.SetTimeSlice(ctx, gpuA, v1alpha1.LongTimeSlice), ErrNoTool)
 	require.ErrorIs(t, NvidiaSMI{}.SetTimeSlice(ctx, gpuA, v1alpha1.LongTimeSlice), ErrNoTool)
-}
-
-func newMPS(t *testing.T, control string) *MPSControl {
-	c, err := NewMPSControl(MPSOptions{ControlPath: control, Root: t.TempDir(), StartTimeout: 5 * time.Second, StopTimeout: 5 * time.Second})
-	require.NoError(t, err)
-	return c
-}
-
-func TestMPSControlStartStopAdopt(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	c := newMPS(t, filepath.Join(binDir, "gpudra-fake-mps-control"))
-	d := &checkpoint.MPSDaemon{Devices: []string{gpuA}, ActiveThreadPercentage: 10, PinnedMemoryLimits: []int64{1 << 30}}
-	require.NoError(t, c.Start(ctx, uid, d))
-	require.True(t, alive(d.PID))
-	require.Equal(t, c.ClaimDir(uid), d.Dir)
-
-	// A second control (a restarted plugin) adopts it.
-	c2 := newMPS(t, filepath.Join(binDir, "gpudra-fake-mps-control"))
-	c2.opts.Root = c.opts.Root
-	started, err := c2.Ensure(ctx, uid, d)
-	require.NoError(t, err)
-	require.False(t, started)
-
-	// A recycled PID that is not our daemon is not adopted.
-	other := *d
-	other.PID = os.Getpid()
-	started, err = c2.Ensure(ctx, "12345678-0000-0000-0000-000000000002", &other)
-	require.NoError(t, err)
-	require.True(t, started)
-	require.NotEqual(t, os.Getpid(), other.PID)
-
-	orphans, err := c2.Orphans(func(u string) bool { return u == uid })
-	require.NoError(t, err)
-	require.Equal(t, []string{"12345678-0000-0000-0000-000000000002"}, orphans)
-
-	require.NoError(t, c2.StopClaim(ctx, uid))
-	require.NoError(t, c2.StopClaim(ctx, orphans[0]))
-	require.Eventually(t, func() bool { return !alive(d.PID) && !alive(other.PID) }, 10*time.Second, 10*time.Millisecond)
-	require.NoDirExists(t, d.Dir)
-	require.NoError(t, c2.StopClaim(ctx, uid), "stopping twice succeeds")
-}
-
-func TestMPSControlStartFailures(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	err := newMPS(t, "/nonexistent/nvidia-cuda-mps-control").Start(ctx, uid, &checkpoint.MPSDaemon{Devices: []string{gpuA}})
-	require.ErrorContains(t, err, "set --mps-control-path")
-	require.ErrorIs(t, newMPS(t, "").Start(ctx, uid, &checkpoint.MPSDaemon{}), ErrNoTool)
-
-	c := newMPS(t, "/bin/false")
-	err = c.Start(ctx, uid, &checkpoint.MPSDaemon{Devices: []string{gpuA}})
-	require.ErrorContains(t, err, "MPS control daemon exited at start")
-	require.NoDirExists(t, c.ClaimDir(uid), "a failed start leaves nothing behind")
-
-	// A daemon that ignores quit is killed.
-	script := filepath.Join(t.TempDir(), "stubborn")
-	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nif [ \"$1\" = -f ]; then mkfifo \"$CUDA_MPS_PIPE_DIRECTORY/control\"; trap '' TERM; exec sleep 600; fi\nexit 0\n"), 0o755))
-	c = newMPS(t, script)
-	c.opts.StopTimeout = 200 * time.Millisecond
-	d := &checkpoint.MPSDaemon{Devices: []string{gpuA}}
-	require.NoError(t, c.Start(ctx, uid, d))
-	require.NoError(t, c.StopClaim(ctx, uid))
-	require.False(t, alive(d.PID))
-	require.Error(t, syscall.Kill(d.PID, 0))
 }
 
 func TestCommands(t *testing.T) {

@@ -51,19 +51,23 @@ func TestMPSDaemonCommands(t *testing.T) {
 	defer f.Close()
 	d := &daemon{logDir: logDir, log: f, state: MPSState{Devices: []string{"GPU-a", "GPU-b"}, PinnedMemLimits: map[string]string{}}}
 	for _, tc := range []struct {
-		cmd  string
-		quit bool
+		cmd, answer string
+		quit        bool
 	}{
-		{"set_default_active_thread_percentage 40", false},
-		{"set_default_active_thread_percentage 140", false},
-		{"set_default_device_pinned_mem_limit 1 2048M", false},
-		{"set_default_device_pinned_mem_limit 2 2048M", false},
-		{"set_default_device_pinned_mem_limit 0 lots", false},
-		{"get_default_active_thread_percentage", false},
-		{"start_server -uid 0", false},
-		{"quit", true},
+		{"get_default_active_thread_percentage", "100.0", false},
+		{"set_default_active_thread_percentage 40", "", false},
+		{"set_default_active_thread_percentage 140", "", false},
+		{"set_default_device_pinned_mem_limit 1 2048M", "", false},
+		{"set_default_device_pinned_mem_limit 2 2048M", "", false},
+		{"set_default_device_pinned_mem_limit 0 lots", "", false},
+		{"get_default_active_thread_percentage", "40.0", false},
+		{"get_server_list", "", false},
+		{"start_server -uid 0", "", false},
+		{"quit", "", true},
 	} {
-		require.Equal(t, tc.quit, d.handle(strings.Fields(tc.cmd)), tc.cmd)
+		quit, answer := d.handle(strings.Fields(tc.cmd))
+		require.Equal(t, tc.quit, quit, tc.cmd)
+		require.Equal(t, tc.answer, answer, tc.cmd)
 	}
 	require.NoError(t, d.save())
 	st, err := ReadMPSState(logDir)
