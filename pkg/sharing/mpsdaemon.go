@@ -130,16 +130,19 @@ func MiB(bytes int64) string { return strconv.FormatInt(bytes>>20, 10) + "M" }
 func (c *MPSControl) stopDaemon(ctx context.Context, dir string) error {
 	logger := klog.FromContext(ctx).WithValues("dir", dir)
 	pid, visible := c.visibleDaemon(dir)
-	if c.probe(ctx, dir) != nil {
-		if visible {
-			logger.Info("MPS control daemon does not answer; killing it", "pid", pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			c.waitExit(pid, c.opts.StopTimeout)
+	// "quit" first: with a daemon there (the usual case, an unprepare) that
+	// saves a query. If no daemon takes it, a query confirms that none
+	// answers before anything is removed.
+	if _, err := c.run(ctx, dir, c.opts.ProbeTimeout, "quit"); err != nil {
+		if c.probe(ctx, dir) != nil {
+			if visible {
+				logger.Info("MPS control daemon does not answer; killing it", "pid", pid)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				c.waitExit(pid, c.opts.StopTimeout)
+			}
+			return nil
 		}
-		return nil
-	}
-	if _, err := c.run(ctx, dir, c.opts.StopTimeout, "quit"); err != nil {
-		logger.Info("MPS control daemon did not take 'quit'", "err", err)
+		logger.Info("MPS control daemon did not take 'quit', but answers", "err", err)
 	}
 	if c.waitGone(ctx, dir, pid, visible) {
 		return nil
