@@ -60,11 +60,11 @@ bench-cluster: build k8s-binaries $(HELM) ## Pod create->Running with and withou
 bench-scale: build k8s-binaries $(HELM) ## Scheduler allocation over 120 simulated GPU nodes, 800 claims (in-process; cluster: SCALE_SHAPES=. adds dynamic MIG)
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -run '^$$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice/ | tee $(OUTPUT)/bench/scale.txt
-	$(GO) test -tags e2e -run '^$$' -bench "SchedulerScale/$${SCALE_SHAPES:-whole-gpus}" -benchtime 1x -timeout 40m ./test/e2e/ | tee -a $(OUTPUT)/bench/scale.txt
+	E2E_RUNTIME=$${E2E_RUNTIME:-fake} $(GO) test -tags e2e -run '^$$' -bench "SchedulerScale/$${SCALE_SHAPES:-whole-gpus}" -benchtime 1x -timeout 40m ./test/e2e/ | tee -a $(OUTPUT)/bench/scale.txt
 
 bench-drasock: build k8s-binaries $(HELM) ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API
 	@mkdir -p $(OUTPUT)/bench
-	$(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
+	E2E_RUNTIME=$${E2E_RUNTIME:-fake} $(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
 
 test-faults: build k8s-binaries $(HELM) ## Fault injection on the local cluster: kill -9 at each failpoint under pod churn, corrupt checkpoint, API outage
 	E2E_RUNTIME=fake $(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/

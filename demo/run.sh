@@ -62,7 +62,7 @@ load_products() {
   local uuid rest
   products=()
   while IFS=$'\t' read -r uuid rest; do
-    [ -n "$uuid" ] && products[$uuid]=$rest
+    [ -n "$uuid" ] && products[$uuid]=${rest% }
   done < <("$kubectl" get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.attributes.uuid.string}{"\t"}{.attributes.productName.string} {.attributes.profile.string}{"\n"}{end}')
 }
 

@@ -80,3 +80,19 @@ func realPluginMetricsURL(t *testing.T, node string) string {
 	t.Fatalf("plugin pod %s has no --metrics-address", p.Name)
 	return ""
 }
+
+// nodePath turns a host path under a node's directories into the path the
+// node's processes see (the plugin's pod mounts the node's paths); other
+// paths, and every path on the fast cluster, are returned as they are.
+func nodePath(hostPath string) string {
+	if !realRuntime {
+		return hostPath
+	}
+	for _, n := range realCluster.Config().Nodes {
+		root := realCluster.Node(n.Name).HostPath("/")
+		if rest, ok := strings.CutPrefix(hostPath, root); ok {
+			return "/" + strings.TrimPrefix(rest, "/")
+		}
+	}
+	return hostPath
+}

@@ -163,6 +163,8 @@ func TestMPSPodsSeeDaemonAndLimits(t *testing.T) {
 	if st.ActiveThreadPercentage != 50 || st.PinnedMemLimits["0"] != "10240M" {
 		t.Errorf("restarted daemon state %+v, want the claim's settings", st)
 	}
+	// Its clients are told: the claim gets a Warning event.
+	waitEvent(t, ns, "ResourceClaim", "MPSDaemonReplaced")
 
 	deletePod(t, ns, "mps-a")
 	deletePod(t, ns, "mps-b")
@@ -180,7 +182,7 @@ func mpsDaemons(t *testing.T, pipeDir string) []int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "CUDA_MPS_PIPE_DIRECTORY=" + pipeDir
+	want := "CUDA_MPS_PIPE_DIRECTORY=" + nodePath(pipeDir)
 	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())

@@ -248,7 +248,7 @@ func removeEmptyTree(dir string) error {
 		return err
 	}
 	for _, d := range slices.Backward(dirs) {
-		if err := os.Remove(d); err != nil {
+		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 	}
