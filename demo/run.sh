@@ -76,7 +76,8 @@ gpus() {
       uuid=${BASH_REMATCH[1]}
       if [[ $line == *"MIG Device"* ]]; then
         unset 'list[${#list[@]}-1]'  # the parent GPU's line
-        list+=("MIG ${products[$uuid]:-?} ($uuid)")
+        # A dynamic MIG device exists only while prepared: no slice lists it.
+        list+=("MIG ${products[$uuid]:-device} ($uuid)")
       else
         list+=("${products[$uuid]:-?} ($uuid)")
       fi
