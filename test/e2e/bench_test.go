@@ -13,6 +13,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/gpudra/gpudra/test/images"
 )
 
 // BenchmarkPodCreateToRunning measures, on the local cluster, the time from
@@ -95,7 +97,7 @@ func benchPod(name string, withClaim bool) *v1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.PodSpec{
 			NodeSelector: map[string]string{"kubernetes.io/hostname": "gpu-h100"},
-			Containers:   []v1.Container{{Name: "c", Image: "registry.example/cuda:12"}},
+			Containers:   []v1.Container{{Name: "c", Image: images.WorkloadImage}},
 		},
 	}
 	if withClaim {
