@@ -44,7 +44,7 @@ func TestLostGPUAnswersNothing(t *testing.T) {
 		"GetFieldValues":             func() nvml.Return { return d.GetFieldValues([]nvml.FieldValue{{}}) },
 		"GetSupportedEventTypes":     func() nvml.Return { _, r := d.GetSupportedEventTypes(); return r },
 		"RegisterEvents":             func() nvml.Return { return d.RegisterEvents(nvml.EventTypeXidCriticalError, set) },
-		"GetPowerUsage (unmodelled)": func() nvml.Return { _, r := d.GetPowerUsage(); return r },
+		"GetFanSpeed (unmodelled)": func() nvml.Return { _, r := d.GetFanSpeed(); return r },
 		"DeviceGetName (forwarded)":  func() nvml.Return { _, r := s.DeviceGetName(d); return r },
 		"DeviceGetHandleByIndex":     func() nvml.Return { _, r := s.DeviceGetHandleByIndex(0); return r },
 		"DeviceGetHandleByUUID":      func() nvml.Return { _, r := s.DeviceGetHandleByUUID(id); return r },
@@ -69,7 +69,7 @@ func TestLostGPUAnswersNothing(t *testing.T) {
 	for name, call := range calls {
 		want := nvml.SUCCESS
 		switch name {
-		case "GetPowerUsage (unmodelled)":
+		case "GetFanSpeed (unmodelled)":
 			want = nvml.ERROR_NOT_SUPPORTED
 		case "GetMigDeviceHandleByIndex", "MIG device by UUID":
 			want = nvml.ERROR_NOT_FOUND // the reset destroyed the MIG device

@@ -1,0 +1,153 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Processes are the simulator's workload: what runs on its GPUs. Real NVML
+// knows the compute processes of each GPU; the simulator learns them from a
+// directory with one JSON file per process (a Process), written by whatever
+// plays the container runtime (test/fakecri writes one per running
+// container that got GPUs, and removes it when the container stops). A GPU
+// or MIG device is busy while a process names it, and idle otherwise; the
+// load itself follows a deterministic curve (telemetry.go).
+
+// Process is one simulated compute process.
+type Process struct {
+	// Name says what runs, e.g. "<namespace>/<pod>/<container>".
+	Name string `json:"name"`
+	// Devices are the UUIDs (GPU-... or MIG-...) of the devices it uses.
+	Devices []string `json:"devices"`
+}
+
+// processRefresh is how long a read of the process directory is reused.
+const processRefresh = 500 * time.Millisecond
+
+// WriteProcess records process id (a file name: letters, digits, '-',
+// '_', '.') in dir, replacing an earlier record of the same id atomically.
+func WriteProcess(dir, id string, p Process) error {
+	if err := validProcessID(id); err != nil {
+		return err
+	}
+	data, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode simulated process %s: %w", id, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create simulated process directory: %w", err)
+	}
+	tmp := filepath.Join(dir, "."+id+".tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("write simulated process %s: %w", id, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, id+".json")); err != nil {
+		return fmt.Errorf("write simulated process %s: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveProcess removes the record of process id; a missing one is fine.
+func RemoveProcess(dir, id string) error {
+	if err := validProcessID(id); err != nil {
+		return err
+	}
+	err := os.Remove(filepath.Join(dir, id+".json"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove simulated process %s: %w", id, err)
+	}
+	return nil
+}
+
+// ReadProcesses returns the processes recorded in dir by id. A missing
+// directory holds none; unreadable or malformed records are skipped (a
+// writer may be replacing one).
+func ReadProcesses(dir string) (map[string]Process, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]Process{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list simulated processes: %w", err)
+	}
+	out := map[string]Process{}
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !e.Type().IsRegular() || validProcessID(id) != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var p Process
+		if json.Unmarshal(data, &p) == nil {
+			out[id] = p
+		}
+	}
+	return out, nil
+}
+
+func validProcessID(id string) error {
+	if id == "" || len(id) > 128 || strings.HasPrefix(id, ".") {
+		return fmt.Errorf("invalid simulated process ID %q: 1 to 128 characters, not starting with '.'", id)
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("invalid simulated process ID %q: only letters, digits, '-', '_' and '.' are allowed", id)
+		}
+	}
+	return nil
+}
+
+// processTable caches the process directory of a server: which process
+// IDs run on each device UUID.
+type processTable struct {
+	dir string
+	now func() time.Time
+
+	mu       sync.Mutex
+	read     time.Time
+	byDevice map[string][]string // UUID -> sorted process IDs
+}
+
+// SetProcessDir makes the server's GPUs busy while processes recorded in
+// dir use them (see Process). Without it every GPU stays idle. Call before
+// the server is shared.
+func (s *Server) SetProcessDir(dir string) { s.procs.dir = dir }
+
+// processesOn returns the IDs of the processes using the device with this
+// UUID, sorted.
+func (t *processTable) processesOn(uuid string) []string {
+	if t.dir == "" {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	if t.byDevice == nil || now.Sub(t.read) >= processRefresh || now.Before(t.read) {
+		procs, err := ReadProcesses(t.dir)
+		if err != nil {
+			procs = nil // an unreadable directory reads as idle
+		}
+		t.byDevice = map[string][]string{}
+		for id, p := range procs {
+			for _, d := range slices.Compact(slices.Sorted(slices.Values(p.Devices))) {
+				t.byDevice[d] = append(t.byDevice[d], id)
+			}
+		}
+		for _, ids := range t.byDevice {
+			slices.Sort(ids)
+		}
+		t.read = now
+	}
+	return t.byDevice[uuid]
+}
