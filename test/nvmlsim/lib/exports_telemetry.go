@@ -14,7 +14,9 @@ func nvmlDeviceGetUtilizationRates(d uintptr, p unsafe.Pointer) int32 {
 }
 
 //export nvmlDeviceGetPowerUsage
-func nvmlDeviceGetPowerUsage(d uintptr, p unsafe.Pointer) int32 { return r(lib.DeviceGetPowerUsage(d, p)) }
+func nvmlDeviceGetPowerUsage(d uintptr, p unsafe.Pointer) int32 {
+	return r(lib.DeviceGetPowerUsage(d, p))
+}
 
 //export nvmlDeviceGetEnforcedPowerLimit
 func nvmlDeviceGetEnforcedPowerLimit(d uintptr, p unsafe.Pointer) int32 {
@@ -42,7 +44,9 @@ func nvmlDeviceGetCurrentClocksThrottleReasons(d uintptr, p unsafe.Pointer) int3
 }
 
 //export nvmlGpmQueryDeviceSupport
-func nvmlGpmQueryDeviceSupport(d uintptr, p unsafe.Pointer) int32 { return r(lib.GpmQueryDeviceSupport(d, p)) }
+func nvmlGpmQueryDeviceSupport(d uintptr, p unsafe.Pointer) int32 {
+	return r(lib.GpmQueryDeviceSupport(d, p))
+}
 
 //export nvmlGpmSampleAlloc
 func nvmlGpmSampleAlloc(p unsafe.Pointer) int32 { return r(lib.GpmSampleAlloc(p)) }
