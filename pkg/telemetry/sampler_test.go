@@ -212,7 +212,7 @@ func TestLabelSets(t *testing.T) {
 			holdings: []Holding{{Device: gpu0, Claim: c1, Admin: true}}, want: [][]string{free(gpu0)}},
 		{name: "admin beside a workload", dev: gpu0, pods: pods,
 			holdings: []Holding{{Device: gpu0, Claim: c1, Admin: true}, {Device: gpu0, Claim: c2}},
-			want: [][]string{{"gpu-0", "GPU-a", "", "ns", "c2", "ns", "p2"}, {"gpu-0", "GPU-a", "", "ns", "c2", "ns", "p3"}}},
+			want:     [][]string{{"gpu-0", "GPU-a", "", "ns", "c2", "ns", "p2"}, {"gpu-0", "GPU-a", "", "ns", "c2", "ns", "p3"}}},
 		{name: "MIG device", dev: mig, pods: pods, holdings: []Holding{{Device: mig, Claim: c1}},
 			want: [][]string{{"gpu-1-mig-3g40gb-4", "MIG-b", "3g.40gb", "ns", "c1", "ns", "p1"}}},
 	} {

@@ -29,8 +29,8 @@ const (
 	// ProcessDir holds the simulated compute processes (sim.Process): the
 	// fake runtime writes one per running container with GPUs.
 	ProcessDir = StateDir + "/processes"
-	LibDir      = "usr/lib/x86_64-linux-gnu"
-	BinDir      = "usr/bin"
+	LibDir     = "usr/lib/x86_64-linux-gnu"
+	BinDir     = "usr/bin"
 )
 
 // Names of the fake tools in Options.ToolsDir (built by `make build`).
