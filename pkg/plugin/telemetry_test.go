@@ -80,7 +80,7 @@ func TestTelemetryFollowsClaims(t *testing.T) {
 	const free = `claim_name="",claim_namespace="",device="gpu-5",mig_profile="",node="node-a",pod_name="",pod_namespace="",uuid="`
 	require.Eventually(t, func() bool {
 		for labels, v := range gpu5() {
-			if regexp.MustCompile("^" + regexp.QuoteMeta(free)).MatchString(labels) && v == "0" {
+			if regexp.MustCompile("^"+regexp.QuoteMeta(free)).MatchString(labels) && v == "0" {
 				return true
 			}
 		}
