@@ -116,7 +116,7 @@ func (s *Sampler) Register(reg prometheus.Registerer) error { return s.metrics.r
 func (s *Sampler) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	logger.Info("Sampling GPU telemetry", "interval", s.cfg.Interval, "devices", len(s.cfg.Devices))
-	defer s.reader.close()
+	defer s.Close()
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -127,6 +127,14 @@ func (s *Sampler) Run(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// Close releases what SampleOnce holds in NVML (GPM samples); Run does it
+// when it returns.
+func (s *Sampler) Close() {
+	s.sampleMu.Lock()
+	defer s.sampleMu.Unlock()
+	s.reader.close()
 }
 
 // SampleOnce reads every device and replaces the served sample.
