@@ -101,7 +101,8 @@ func validProcessID(id string) error {
 		return fmt.Errorf("invalid simulated process ID %q: 1 to 128 characters, not starting with '.'", id)
 	}
 	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+		allowed := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+		if !allowed {
 			return fmt.Errorf("invalid simulated process ID %q: only letters, digits, '-', '_' and '.' are allowed", id)
 		}
 	}

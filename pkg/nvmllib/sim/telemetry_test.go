@@ -203,8 +203,7 @@ func TestMIGTelemetry(t *testing.T) {
 	gpm := func(gi int) (float64, nvml.Return) {
 		s1, _ := s.GpmSampleAlloc()
 		s2, _ := s.GpmSampleAlloc()
-		defer s1.Free()
-		defer s2.Free()
+		defer func() { _, _ = s1.Free(), s2.Free() }()
 		require.Equal(t, nvml.SUCCESS, s.GpmMigSampleGet(d, gi, s1))
 		*now = now.Add(10 * time.Second)
 		require.Equal(t, nvml.SUCCESS, s2.MigGet(d, gi))
