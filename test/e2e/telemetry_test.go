@@ -4,6 +4,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -12,14 +15,18 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // TestGPUTelemetry: the plugin's /metrics carries the GPU of a running pod
-// with the pod's claim and pod labels and a load (the fake runtime makes
-// the running container a process of the simulated GPU); `gpudra status`
-// shows its use; once the pod is deleted the GPU's series has empty labels
-// and no load.
+// with the pod's claim and pod labels and a load (the running container is
+// a process of the simulated GPU: recorded by the fake root's CDI hook under
+// containerd, by the fake runtime on the fast cluster); `gpudra status`
+// shows its use (through the API server's pod proxy, or from the fast
+// cluster's host-process plugin); once the pod is deleted the GPU's series
+// has empty labels and no load.
 func TestGPUTelemetry(t *testing.T) {
 	ns := namespace(t)
 	applyYAML(t, ns, `
@@ -42,8 +49,7 @@ metadata: {name: trainer}
 spec:
   containers:
   - name: cuda
-    image: nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04
-    command: ["sleep", "infinity"]
+    image: registry.local/gpudra/workload:local
     resources:
       claims: [{name: gpu}]
   resourceClaims:
@@ -55,7 +61,7 @@ spec:
 	held := regexp.MustCompile(`(?m)^gpudra_gpu_utilization_ratio\{([^}]*)\} (\S+)$`)
 	series := func() map[string]float64 { // the device's series: labels -> value
 		out := map[string]float64{}
-		for _, m := range held.FindAllStringSubmatch(scrape(t, dev.node), -1) {
+		for _, m := range held.FindAllStringSubmatch(scrapeURL(t, metricsURL(t, dev.node)), -1) {
 			if strings.Contains(m[1], `device="`+dev.name+`"`) {
 				v, _ := strconv.ParseFloat(m[2], 64)
 				out[m[1]] = v
@@ -85,8 +91,11 @@ spec:
 		return false
 	})
 
-	out, err := exec.Command(filepath.Join(repoRoot, "_output", "bin", "gpudra"), "status", "--kubeconfig", kubeconfig,
-		"--node", dev.node, "--metrics-url", dev.node+"="+pluginMetricsURL(t, dev.node)).CombinedOutput()
+	args := []string{"status", "--kubeconfig", kubeconfig, "--node", dev.node}
+	if !realRuntime { // the plugin runs outside a pod
+		args = append(args, "--metrics-url", dev.node+"="+pluginMetricsURL(t, dev.node))
+	}
+	out, err := exec.Command(filepath.Join(repoRoot, "_output", "bin", "gpudra"), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("gpudra status: %v\n%s", err, out)
 	}
@@ -104,4 +113,42 @@ spec:
 		}
 		return false
 	})
+}
+
+// metricsURL is the /metrics URL of a node's plugin: its pod's IP and
+// metrics port on the containerd cluster (the host routes to pod IPs), its
+// host port on the fast cluster.
+func metricsURL(t *testing.T, node string) string {
+	t.Helper()
+	if !realRuntime {
+		return pluginMetricsURL(t, node)
+	}
+	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/component=kubelet-plugin", FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, port := range p.Spec.Containers[0].Ports {
+			if port.Name == "metrics" && p.Status.PodIP != "" && p.Status.Phase == v1.PodRunning {
+				return fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, port.ContainerPort)
+			}
+		}
+	}
+	t.Fatalf("no running plugin pod with a metrics port on %s", node)
+	return ""
+}
+
+func scrapeURL(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }

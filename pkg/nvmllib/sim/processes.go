@@ -10,16 +10,22 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
 // Processes are the simulator's workload: what runs on its GPUs. Real NVML
 // knows the compute processes of each GPU; the simulator learns them from a
-// directory with one JSON file per process (a Process), written by whatever
-// plays the container runtime (test/fakecri writes one per running
-// container that got GPUs, and removes it when the container stops). A GPU
-// or MIG device is busy while a process names it, and idle otherwise; the
-// load itself follows a deterministic curve (telemetry.go).
+// directory with one JSON file per process (<id>.json, a Process), written
+// by whatever plays the container runtime. A record lives as long as its
+// file, or, when a lock file <id>.lock sits next to it, as long as some
+// process holds a flock on that file: the fake driver root's nvidia-cdi-hook
+// (test/fakedriver) leaves a helper holding it inside each container with
+// GPUs, so the record dies with the container (a dead record is removed when
+// it is read). The fake CRI (test/fakecri) writes records without lock files
+// and removes them when the container stops. A GPU or MIG device is busy
+// while a live process names it, and idle otherwise; the load itself follows
+// a deterministic curve (telemetry.go).
 
 // Process is one simulated compute process.
 type Process struct {
@@ -67,9 +73,9 @@ func RemoveProcess(dir, id string) error {
 	return nil
 }
 
-// ReadProcesses returns the processes recorded in dir by id. A missing
-// directory holds none; unreadable or malformed records are skipped (a
-// writer may be replacing one).
+// ReadProcesses returns the live processes recorded in dir by id. A
+// missing directory holds none; unreadable or malformed records are skipped
+// (a writer may be replacing one); dead ones are removed (best effort).
 func ReadProcesses(dir string) (map[string]Process, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -89,11 +95,33 @@ func ReadProcesses(dir string) (map[string]Process, error) {
 			continue
 		}
 		var p Process
-		if json.Unmarshal(data, &p) == nil {
-			out[id] = p
+		if json.Unmarshal(data, &p) != nil {
+			continue
 		}
+		if !alive(dir, id) {
+			_ = os.Remove(filepath.Join(dir, id+".json"))
+			_ = os.Remove(filepath.Join(dir, id+".lock"))
+			continue
+		}
+		out[id] = p
 	}
 	return out, nil
+}
+
+// alive reports whether process id still runs: while a process holds the
+// flock of its lock file, or, without a lock file, while its record exists.
+func alive(dir, id string) bool {
+	f, err := os.Open(filepath.Join(dir, id+".lock"))
+	if err != nil {
+		return true // no lock file: the record's writer removes it
+	}
+	defer func() { _ = f.Close() }()
+	fd := int(f.Fd())
+	if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return true // held (EWOULDBLOCK): the process runs
+	}
+	_ = syscall.Flock(fd, syscall.LOCK_UN)
+	return false
 }
 
 func validProcessID(id string) error {

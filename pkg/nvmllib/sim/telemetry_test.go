@@ -1,6 +1,9 @@
 package sim
 
 import (
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -249,4 +252,24 @@ func TestProcessRecords(t *testing.T) {
 	got, err = ReadProcesses(dir + "/missing")
 	require.NoError(t, err)
 	assert.Empty(t, got)
+}
+
+// TestLockedProcess: a record with a lock file lives while its lock is
+// held (the fake nvidia-cdi-hook's helper in a container), and is removed
+// once nobody holds it.
+func TestLockedProcess(t *testing.T) {
+	dir := t.TempDir()
+	lock, err := os.Create(filepath.Join(dir, "ctr.lock"))
+	require.NoError(t, err)
+	require.NoError(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
+	require.NoError(t, WriteProcess(dir, "ctr", Process{Devices: []string{"GPU-1"}}))
+	got, err := ReadProcesses(dir)
+	require.NoError(t, err)
+	assert.Contains(t, got, "ctr", "the lock is held")
+	require.NoError(t, lock.Close()) // the container is gone
+	got, err = ReadProcesses(dir)
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	assert.NoFileExists(t, filepath.Join(dir, "ctr.json"), "a dead record is removed")
+	assert.NoFileExists(t, filepath.Join(dir, "ctr.lock"))
 }
