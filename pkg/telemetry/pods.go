@@ -17,6 +17,14 @@ import (
 // before the claim is read again.
 const DefaultPodRefresh = time.Minute
 
+// claimReadTimeout bounds one claim read, and after a failed read no claim
+// is read for claimReadBackoff: an API server that is down delays a sample
+// by one timeout, not one per claim.
+const (
+	claimReadTimeout = 5 * time.Second
+	claimReadBackoff = 10 * time.Second
+)
+
 // ClaimPods knows which pods each prepared claim is reserved for (its
 // status.reservedFor). The kubelet prepares a claim once, for its first
 // pod, so the claim's object at prepare time is a first answer (Observe).
@@ -34,9 +42,11 @@ type ClaimPods struct {
 
 	mu      sync.Mutex
 	entries map[string]*podEntry // by claim UID
-	// failed: the last read failed (logged once until one succeeds).
-	failed bool
-	now    func() time.Time
+	// failed: the last read failed (logged once until one succeeds) at
+	// failedAt; no claim is read for claimReadBackoff after a failure.
+	failed   bool
+	failedAt time.Time
+	now      func() time.Time
 }
 
 type podEntry struct {
@@ -66,7 +76,18 @@ func (c *ClaimPods) Pods(ctx context.Context, ref ClaimRef) []string {
 	if c.Client == nil {
 		return nil // never observed, nothing to ask
 	}
-	claim, err := c.Client.ResourceV1().ResourceClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	c.mu.Lock()
+	backoff := c.failed && now.Sub(c.failedAt) < claimReadBackoff
+	c.mu.Unlock()
+	if backoff {
+		if e != nil {
+			return e.pods
+		}
+		return nil
+	}
+	getCtx, cancel := context.WithTimeout(ctx, claimReadTimeout)
+	claim, err := c.Client.ResourceV1().ResourceClaims(ref.Namespace).Get(getCtx, ref.Name, metav1.GetOptions{})
+	cancel()
 	switch {
 	case apierrors.IsNotFound(err) || (err == nil && string(claim.UID) != ref.UID):
 		// Deleted (or replaced by a claim of the same name): its pods are
@@ -81,7 +102,7 @@ func (c *ClaimPods) Pods(ctx context.Context, ref ClaimRef) []string {
 			klog.FromContext(ctx).Error(err, "Reading a claim for its pods failed; its telemetry keeps the pods last known",
 				"claim", klog.KRef(ref.Namespace, ref.Name))
 		}
-		c.failed = true
+		c.failed, c.failedAt = true, now
 		c.mu.Unlock()
 		if e != nil {
 			return e.pods

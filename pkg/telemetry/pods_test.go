@@ -100,3 +100,24 @@ func TestClaimPodsForget(t *testing.T) {
 	assert.Equal(t, []string{"p1"}, c.Pods(context.Background(), ClaimRef{UID: "u1"}), "no client: what was observed")
 	assert.Nil(t, c.Pods(context.Background(), ClaimRef{UID: "u2"}), "released and forgotten")
 }
+
+// TestClaimPodsBackoff: after a failed read no claim is read for a while.
+func TestClaimPodsBackoff(t *testing.T) {
+	client := fake.NewClientset(claimObj("u1", "a", nil, "p1"), claimObj("u2", "b", nil, "p2"))
+	fail := true
+	client.PrependReactor("get", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fail {
+			return true, nil, errors.New("apiserver down")
+		}
+		return false, nil, nil
+	})
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	c := &ClaimPods{Client: client, now: func() time.Time { return now }}
+	ctx := context.Background()
+	assert.Nil(t, c.Pods(ctx, ClaimRef{Namespace: "ns", Name: "a", UID: "u1"}))
+	assert.Nil(t, c.Pods(ctx, ClaimRef{Namespace: "ns", Name: "b", UID: "u2"}), "not asked: backing off")
+	assert.Len(t, client.Actions(), 1)
+	fail = false
+	now = now.Add(claimReadBackoff)
+	assert.Equal(t, []string{"p2"}, c.Pods(ctx, ClaimRef{Namespace: "ns", Name: "b", UID: "u2"}))
+}

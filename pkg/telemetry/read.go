@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
@@ -238,6 +239,11 @@ func (r *reader) forget(seen map[string]bool) {
 		if !seen[uuid] {
 			st.free(r.lib)
 			delete(r.migGPM, uuid)
+		}
+	}
+	for key := range r.noted {
+		if uuid, _, _ := strings.Cut(key, "/"); !seen[uuid] {
+			delete(r.noted, key)
 		}
 	}
 }
