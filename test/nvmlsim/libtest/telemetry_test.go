@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpudra/gpudra/pkg/discovery"
 	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/pkg/telemetry"
 )
 
 // TestTelemetryCalls reads utilization, memory, power, temperature, clocks
@@ -130,4 +133,65 @@ gpus:
 	ok(t, ret)
 	assert.Zero(t, support.IsSupportedDevice)
 	assert.Equal(t, nvml.ERROR_NOT_SUPPORTED, lib.GpmSampleGet(a100, s1))
+}
+
+// TestSamplerThroughLibrary runs pkg/telemetry's sampler on the library: a
+// busy MIG device of an H100 gets its utilization from GPM from the second
+// sample on, the GPU in MIG mode none, the A100 beside it every GPU field.
+func TestSamplerThroughLibrary(t *testing.T) {
+	profile := filepath.Join(t.TempDir(), "mig.yaml")
+	require.NoError(t, os.WriteFile(profile, []byte(`name: migtest
+driverVersion: "570.124.06"
+cudaDriverVersion: "12.8"
+gpus:
+  - {model: h100-sxm5-80gb, migEnabled: true, migDevices: [3g.40gb, 3g.40gb]}
+  - {model: a100-sxm4-40gb}
+`), 0o644))
+	root := newRoot(t, profile)
+	lib := open(t, root)
+	node, err := discovery.Discover(ctx(t), lib, discovery.Options{SysfsRoot: t.TempDir()})
+	require.NoError(t, err)
+	devices := telemetry.DevicesOf(node)
+	require.Len(t, devices, 4)
+	mig := devices[1]
+	require.NoError(t, sim.WriteProcess(filepath.Join(root, procDir), "c1", sim.Process{Devices: []string{mig.UUID}}))
+	time.Sleep(600 * time.Millisecond)
+
+	s := telemetry.New(telemetry.Config{Node: "node-a", Lib: lib, Devices: devices})
+	defer s.Close()
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, s.Register(reg))
+	fields := func() map[string]map[string]float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		out := map[string]map[string]float64{}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "device" {
+						if out[l.GetValue()] == nil {
+							out[l.GetValue()] = map[string]float64{}
+						}
+						out[l.GetValue()][f.GetName()] = m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		return out
+	}
+	s.SampleOnce(ctx(t))
+	assert.NotContains(t, fields()[mig.Name], telemetry.MetricUtilization, "GPM needs two samples")
+	time.Sleep(200 * time.Millisecond)
+	s.SampleOnce(ctx(t))
+	got := fields()
+	assert.Greater(t, got[mig.Name][telemetry.MetricUtilization], 0.3, "per-MIG utilization through go-nvml's GPM")
+	assert.Greater(t, got[mig.Name][telemetry.MetricMemoryUsed], 0.0)
+	assert.NotContains(t, got[mig.Name], telemetry.MetricPower)
+	assert.NotContains(t, got[devices[0].Name], telemetry.MetricUtilization, "a GPU in MIG mode")
+	a100 := got[devices[3].Name]
+	for _, m := range []string{telemetry.MetricUtilization, telemetry.MetricPower, telemetry.MetricPowerLimit,
+		telemetry.MetricTemperature, telemetry.MetricSMClock, telemetry.MetricSMClockMax, telemetry.MetricMemoryTotal} {
+		assert.Contains(t, a100, m)
+	}
+	assert.Equal(t, 400.0, a100[telemetry.MetricPowerLimit])
 }
