@@ -154,6 +154,7 @@ helm-lint: $(HELM) ## helm lint of the chart: defaults, each values-*.yaml, the 
 	$(HELM) lint --strict --quiet $(CHART) --set controller.certMode=certManager
 	$(HELM) lint --strict --quiet $(CHART) --set controller.certMode=secret,controller.certSecretName=tls
 	$(HELM) lint --strict --quiet $(CHART) --set controller.enabled=false
+	$(HELM) lint --strict --quiet $(CHART) --set monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true,monitoring.grafanaDashboard.enabled=true
 
 IMAGE ?= ghcr.io/gpudra/gpudra
 TAG ?= dev

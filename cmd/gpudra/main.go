@@ -23,10 +23,11 @@ func newCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&context, "context", "", "Kubeconfig context to use.")
 
 	var output, node, driver string
-	var all bool
+	var all, telemetry bool
+	var metricsURLs map[string]string
 	statusCmd := &cobra.Command{
 		Use:   "status",
-		Short: "Per node, every GPU: model, memory, health, taints, and the pod and claim holding it",
+		Short: "Per node, every GPU: model, memory, use, health, taints, and the pod and claim holding it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -47,6 +48,9 @@ func newCommand() *cobra.Command {
 			if !all {
 				devices = status.InUse(devices)
 			}
+			if telemetry {
+				addUsage(cmd, client, devices, metricsURLs)
+			}
 			return status.Print(cmd.OutOrStdout(), devices, output)
 		},
 	}
@@ -54,6 +58,40 @@ func newCommand() *cobra.Command {
 	statusCmd.Flags().StringVar(&node, "node", "", "Only this node.")
 	statusCmd.Flags().StringVar(&driver, "driver", v1alpha1.DriverName, "DRA driver name.")
 	statusCmd.Flags().BoolVar(&all, "all", false, "Also list dynamic MIG placements that no claim holds (every placement of every profile).")
+	statusCmd.Flags().BoolVar(&telemetry, "telemetry", true,
+		"Show each device's memory in use and utilization from its node's plugin /metrics (read through the API server's pod proxy: needs get on pods/proxy).")
+	statusCmd.Flags().StringToStringVar(&metricsURLs, "metrics-url", nil,
+		"Read the plugin metrics of these nodes from URLs instead of the plugin pods, e.g. gpu-h100=http://127.0.0.1:30900/metrics (port forwards, plugins outside pods).")
 	root.AddCommand(statusCmd)
 	return root
+}
+
+// addUsage annotates the devices with their plugins' GPU telemetry; what
+// cannot be read is said on stderr and shown as "-".
+func addUsage(cmd *cobra.Command, client kubernetes.Interface, devices []status.Device, urls map[string]string) {
+	nodes := map[string]bool{}
+	for _, d := range devices {
+		nodes[d.Node] = true
+	}
+	var usage map[string]map[string]status.Usage
+	var errs map[string]error
+	if len(urls) > 0 {
+		usage, errs = status.ScrapeURLs(cmd.Context(), urls)
+	} else {
+		var err error
+		if usage, errs, err = status.ScrapePlugins(cmd.Context(), client); err != nil {
+			_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "No GPU telemetry: %v\n", err)
+			return
+		}
+		if len(usage) == 0 && len(errs) == 0 && len(devices) > 0 {
+			_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "No GPU telemetry: no running gpudra plugin pod (%s); "+
+				"for plugins outside pods use --metrics-url NODE=URL\n", status.PluginSelector)
+		}
+	}
+	for node, err := range errs {
+		if nodes[node] {
+			_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "No GPU telemetry for node %s: %v\n", node, err)
+		}
+	}
+	status.Annotate(devices, usage)
 }

@@ -97,6 +97,8 @@ type Monitor struct {
 	restored restoreNote
 	// found are the handles of GPUs that had none at start (see device).
 	found map[string]nvml.Device
+	// onXID is told every XID (OnXID).
+	onXID func(uuid string, xid uint64)
 }
 
 // New creates a monitor; Run starts it.
@@ -137,6 +139,10 @@ func New(cfg Config) *Monitor {
 	cfg.Metrics.setHealthOf(m.Snapshot(), cfg.GPUs)
 	return m
 }
+
+// OnXID makes the monitor call f with every XID it receives (ignored ones
+// too) and the UUID of its GPU; call before Run.
+func (m *Monitor) OnXID(f func(uuid string, xid uint64)) { m.onXID = f }
 
 // SetMetrics makes the monitor record its metrics in x; call before Run.
 func (m *Monitor) SetMetrics(x *Metrics) {
@@ -311,6 +317,9 @@ func (m *Monitor) handleEvent(ctx context.Context, ev nvml.EventData) {
 	switch ev.EventType {
 	case nvml.EventTypeXidCriticalError:
 		xid := ev.EventData
+		if m.onXID != nil {
+			m.onXID(uuid, xid)
+		}
 		if m.ignored[xid] {
 			m.cfg.Metrics.event("xid", xid, "ignored")
 			logger.V(2).Info("Ignored application XID", "gpu", m.names[uuid], "xid", xid)

@@ -10,13 +10,15 @@ import (
 	"github.com/gpudra/gpudra/pkg/health"
 )
 
-// startBackground starts what runs beside the kubelet's calls: the health
-// monitor (and with it taint publishing, health events and claim status
-// refreshes), the claim status writer and the MPS daemon check.
+// startBackground starts what runs beside the kubelet's calls: the GPU
+// telemetry sampler, the health monitor (and with it taint publishing,
+// health events and claim status refreshes), the claim status writer and
+// the MPS daemon check.
 func (d *Driver) startBackground(ctx context.Context) {
 	if d.mpsCheckInterval > 0 {
 		d.background.Go(func() { superviseMPS(ctx, d.manager, d.mpsCheckInterval) })
 	}
+	d.telemetry.run(ctx, &d.background)
 	if d.status != nil {
 		if d.health != nil {
 			d.status.health = d.health.mon.Snapshot
@@ -40,6 +42,7 @@ func (d *Driver) startBackground(ctx context.Context) {
 // write of every prepared claim (asynchronously: prepare does not wait).
 func (d *Driver) afterPrepare(claims []*resourceapi.ResourceClaim, results map[types.UID]kubeletplugin.PrepareResult) {
 	d.events.prepareFailed(claims, results)
+	d.telemetry.observe(claims, results)
 	for _, c := range claims {
 		if r, ok := results[c.UID]; ok && r.Err == nil && len(r.Devices) > 0 {
 			d.status.enqueue(claimKey{Namespace: c.Namespace, Name: c.Name, UID: c.UID})

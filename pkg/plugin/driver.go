@@ -32,14 +32,16 @@ import (
 type Driver struct {
 	manager *prepare.Manager
 	cancel  context.CancelCauseFunc
-	// health, status and events are optional (nil: off); see health.go,
-	// claimstatus.go, events.go.
-	health *healthService
-	status *claimStatus
-	events *eventSink
+	// health, status, events and telemetry are optional (nil: off); see
+	// health.go, claimstatus.go, events.go, telemetry.go.
+	health    *healthService
+	status    *claimStatus
+	events    *eventSink
+	telemetry *telemetryService
 	// mpsCheckInterval: see superviseMPS (0: off).
 	mpsCheckInterval time.Duration
-	// background counts the loops startBackground starts besides health.
+	// background counts the loops startBackground starts besides health
+	// (the telemetry sampler, the MPS check).
 	background sync.WaitGroup
 }
 
@@ -175,10 +177,12 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
+	tel := newTelemetryService(o, gpus, store, client)
+	tel.watchXIDs(hs)
 	var metricsAddr net.Addr
 	reg8n := &registration{}
 	if o.MetricsAddress != "" {
-		if metricsAddr, err = serveMetrics(ctx, o, manager, hs, reg8n); err != nil {
+		if metricsAddr, err = serveMetrics(ctx, o, manager, hs, reg8n, tel); err != nil {
 			return nil, err
 		}
 	}
@@ -187,7 +191,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		return nil, fmt.Errorf("build ResourceSlice: %w", err)
 	}
 	driver := &Driver{manager: manager, cancel: fatal, health: hs, events: events,
-		status: newClaimStatus(client, o, store, pub), mpsCheckInterval: o.MPSCheckInterval}
+		status: newClaimStatus(client, o, store, pub), mpsCheckInterval: o.MPSCheckInterval, telemetry: tel}
 	driver.events.recoverFailed(recovered.Failed)
 	driver.events.unavailableGPUs(o.NodeName, gpus.Node.Unavailable)
 	_ = pub.SetBase(ctx, resources)          // no helper yet: only recorded

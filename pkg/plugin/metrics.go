@@ -21,7 +21,8 @@ import (
 // health endpoints until ctx is done. Ready means the kubelet's socket for
 // this plugin exists (the helper creates it when it starts serving) and the
 // kubelet has confirmed the registration.
-func serveMetrics(ctx context.Context, o *Options, m *prepare.Manager, hs *healthService, reg8n *registration) (net.Addr, error) {
+func serveMetrics(ctx context.Context, o *Options, m *prepare.Manager, hs *healthService, reg8n *registration,
+	tel *telemetryService) (net.Addr, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if _, err := prepare.NewMetrics(reg, m); err != nil {
@@ -33,6 +34,9 @@ func serveMetrics(ctx context.Context, o *Options, m *prepare.Manager, hs *healt
 			return nil, fmt.Errorf("register health metrics: %w", err)
 		}
 		hs.setMetrics(hm)
+	}
+	if err := tel.register(reg); err != nil {
+		return nil, fmt.Errorf("register GPU telemetry metrics: %w", err)
 	}
 	// The helper names the socket after the pod in rolling-update mode.
 	socket := filepath.Join(o.PluginDataDir(), "dra.sock")

@@ -49,6 +49,7 @@ type Options struct {
 	// checked (0: never; see superviseMPS).
 	MPSCheckInterval time.Duration
 	Health           HealthOptions
+	Telemetry        TelemetryOptions
 }
 
 // Discovery holds the flags inspect and the plugin share.
@@ -94,6 +95,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddress, "metrics-address", env("METRICS_ADDRESS", ""),
 		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables. [$METRICS_ADDRESS]")
 	o.addHealthFlags(fs)
+	o.addTelemetryFlags(fs)
 	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
 		"Also fsync the checkpoint directory after each record write. Record contents are always fsynced before the rename; a rename lost to a power failure only matters within a boot, and records of an earlier boot are discarded anyway.")
 	o.addSharingToolFlags(fs)
@@ -120,6 +122,9 @@ func (o *Options) Validate() error {
 	if mode == mig.ModeDynamic && o.GPUSharing == SharingConsumable {
 		return fmt.Errorf("--gpu-sharing=%s cannot be combined with --mig=%s: a GPU published for dynamic MIG consumes all its MIG counters "+
 			"with every allocation, so it could not be shared; use --mig=static or --mig=off on nodes with consumable shares", SharingConsumable, mode)
+	}
+	if err := o.validateTelemetry(); err != nil {
+		return err
 	}
 	return o.validateSharing()
 }

@@ -2,7 +2,9 @@
 // `gpudra status` (also `kubectl gpudra status`) prints: per node, every
 // device with its model, memory, health (from its taints) and the
 // namespace/pod/claim holding it — from ResourceSlices, ResourceClaims and
-// Pods alone, without access to the nodes.
+// Pods — and its utilization and memory in use from the GPU telemetry of
+// the node's kubelet plugin (its /metrics, through the API server's pod
+// proxy or a given URL).
 package status
 
 import (
@@ -34,6 +36,9 @@ type Device struct {
 	Partition bool   `json:"partition,omitempty"`
 	Slice     string `json:"slice"`
 	Driver    string `json:"driver"`
+	// Usage is the device's utilization and memory from its plugin's GPU
+	// telemetry; nil when not read (see telemetry.go).
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Holder is a claim allocated the device, and the pods using that claim.

@@ -71,7 +71,7 @@ func TestStatus(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 4)
 	require.Regexp(t, `^NODE\s+DEVICE\s+TYPE\s+MODEL`, lines[0])
-	require.Regexp(t, `node-a\s+gpu-0\s+gpu\s+NVIDIA H100 80GB HBM3\s+80Gi\s+Degraded\s+gpu.gpudra.io/ecc:NoSchedule\s+ml/trainer-0\s+ml/train`, lines[1])
+	require.Regexp(t, `node-a\s+gpu-0\s+gpu\s+NVIDIA H100 80GB HBM3\s+80Gi\s+-\s+-\s+Degraded\s+gpu.gpudra.io/ecc:NoSchedule\s+ml/trainer-0\s+ml/train`, lines[1])
 	require.Regexp(t, `node-b\s+gpu-10\s+.*Healthy\s+-\s+-\s+ml/pending`, lines[3])
 
 	buf.Reset()

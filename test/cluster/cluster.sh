@@ -11,7 +11,7 @@
 #        cluster.sh stop-plugin NODE | start-plugin NODE | restart-plugin NODE
 #        cluster.sh start-controller | stop-controller
 #        cluster.sh add-node NODE=PROFILE [PLUGIN-FLAG...] | remove-node NODE
-#        cluster.sh inject-fault NODE GPU xid N|ecc|lost | clear-faults NODE
+#        cluster.sh inject-fault NODE GPU xid N|ecc|lost|thermal | clear-faults NODE
 #        cluster.sh stop-apiserver | start-apiserver
 #
 #   up              build missing binaries, make the PKI, start everything and

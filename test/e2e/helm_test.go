@@ -204,15 +204,19 @@ func TestHelmChartDryRun(t *testing.T) {
 		{"certManager", []string{"--set", "controller.certMode=certManager"}, checkCertManager},
 		{"secret", []string{"--set", "controller.certMode=secret,controller.certSecretName=my-tls,controller.webhook.caBundle=Zm9v"}, checkSecretMode},
 		{"controller-disabled", []string{"--values", simulated, "--set", "controller.enabled=false"}, checkStaticClasses},
+		{"monitoring", []string{"--set", "monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true," +
+			"monitoring.grafanaDashboard.enabled=true,kubeletPlugin.telemetry.interval=15s"}, checkMonitoring},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := namespace(t)
 			objs := helmTemplate(t, "gpudra", ns, tc.args...)
 			tc.check(t, ns, objs)
-			// cert-manager's CRDs are not installed: the check above has
-			// looked at its objects, the API server does not get them.
+			// cert-manager's and the Prometheus Operator's CRDs are not
+			// installed: the check above has looked at their objects, the
+			// API server does not get them.
 			objs = slices.DeleteFunc(objs, func(o *unstructured.Unstructured) bool {
-				return strings.HasPrefix(o.GetAPIVersion(), "cert-manager.io/")
+				return strings.HasPrefix(o.GetAPIVersion(), "cert-manager.io/") ||
+					strings.HasPrefix(o.GetAPIVersion(), "monitoring.coreos.com/")
 			})
 			unprivilege(t, ns, objs)
 			out := dryRunApply(t, objs)
@@ -229,6 +233,7 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 		{"controller.certMode=secret", "needs controller.certSecretName"},
 		{"controller.certMode=vault", "must be selfManaged, certManager or secret"},
 		{"controller.leaderElection=false", "needs controller.leaderElection"},
+		{"monitoring.podMonitor.enabled=true,kubeletPlugin.metricsPort=0", "need kubeletPlugin.metricsPort"},
 	} {
 		out, err := runHelmTemplate("gpudra", "default", "--set", tc.set)
 		if err == nil || !strings.Contains(out, tc.want) {
@@ -383,5 +388,41 @@ func checkStaticClasses(t *testing.T, _ string, objs []*unstructured.Unstructure
 		if got, ok := rendered[c.Name]; !ok || !apiequality.Semantic.DeepEqual(got, c.Spec) {
 			t.Errorf("DeviceClass %s: chart %+v, controller %+v", c.Name, got, c.Spec)
 		}
+	}
+}
+
+// checkMonitoring: the plugin's metrics port is named for the monitors,
+// which select the plugin pods; the dashboard ConfigMap carries the
+// sidecar's label and the chart's dashboard JSON.
+func checkMonitoring(t *testing.T, _ string, objs []*unstructured.Unstructured) {
+	ctr := pluginDaemonSet(t, objs).Spec.Template.Spec.Containers[0]
+	if len(ctr.Ports) != 1 || ctr.Ports[0].Name != "metrics" || ctr.Ports[0].ContainerPort != 8081 {
+		t.Errorf("plugin ports %+v, want metrics 8081", ctr.Ports)
+	}
+	if !slices.Contains(ctr.Args, "--telemetry-interval=15s") {
+		t.Errorf("plugin args %v lack --telemetry-interval=15s", ctr.Args)
+	}
+	for _, kind := range []string{"PodMonitor", "ServiceMonitor"} {
+		m := find(objs, kind)
+		if len(m) != 1 {
+			t.Fatalf("%d %ss rendered, want 1", len(m), kind)
+		}
+		sel, _, _ := unstructured.NestedStringMap(m[0].Object, "spec", "selector", "matchLabels")
+		if sel["app.kubernetes.io/component"] != "kubelet-plugin" {
+			t.Errorf("%s selects %v, want the plugin pods", kind, sel)
+		}
+	}
+	cms := find(objs, "ConfigMap")
+	if len(cms) != 1 || cms[0].GetLabels()["grafana_dashboard"] != "1" {
+		t.Fatalf("dashboard ConfigMaps %v, want one labelled grafana_dashboard=1", cms)
+	}
+	data, _, _ := unstructured.NestedString(cms[0].Object, "data", "gpudra-gpus.json")
+	want, err := os.ReadFile(filepath.Join(chartDir(), "dashboards", "gpudra-gpus.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash map[string]any
+	if err := json.Unmarshal([]byte(data), &dash); err != nil || strings.TrimSpace(data) != strings.TrimSpace(string(want)) {
+		t.Errorf("the ConfigMap does not hold the chart's dashboard (%v)", err)
 	}
 }

@@ -41,6 +41,10 @@ type Options struct {
 	// StateFile, when set, gets one JSON line (an Injection) appended per
 	// created container.
 	StateFile string
+	// ProcessDir, when set, is a simulated driver root's process
+	// directory: running containers with GPUs are recorded there as GPU
+	// processes (processes.go).
+	ProcessDir string
 }
 
 // Runtime is the fake CRI runtime and image service.
@@ -50,6 +54,7 @@ type Runtime struct {
 	specDirs    []string
 	productName func(uuid string) string
 	state       *stateWriter
+	processDir  string
 
 	// cdiMu serialises refresh+inject so every request sees a full rescan.
 	cdiMu    sync.Mutex
@@ -79,6 +84,7 @@ func New(opts Options) (*Runtime, error) {
 		RemoteRuntime: fake.NewFakeRemoteRuntime(),
 		specDirs:      append([]string(nil), dirs...),
 		productName:   opts.ProductName,
+		processDir:    opts.ProcessDir,
 		cdiCache:      cache,
 		injections:    map[string]*Injection{},
 		logDirs:       map[string]string{},
@@ -123,6 +129,7 @@ func (r *Runtime) Start(ctx context.Context, socket string) error {
 	runtimeapi.RegisterRuntimeServiceServer(r.server, r)
 	runtimeapi.RegisterImageServiceServer(r.server, r)
 	r.listener, r.socket, r.served = lis, socket, make(chan struct{})
+	r.clearProcesses(ctx)
 	go func() {
 		defer close(r.served)
 		if err := r.server.Serve(lis); err != nil {
@@ -237,15 +244,21 @@ func (r *Runtime) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 		}
 		logger.V(2).Info("Container log written", "logPath", rec.LogPath)
 	}
-	return r.RemoteRuntime.StartContainer(ctx, req)
+	resp, err := r.RemoteRuntime.StartContainer(ctx, req)
+	if err == nil && ok {
+		r.startProcess(ctx, rec)
+	}
+	return resp, err
 }
 
-// RemoveContainer removes the container and its record.
+// RemoveContainer removes the container, its record and its simulated GPU
+// process.
 func (r *Runtime) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
 	resp, err := r.RemoteRuntime.RemoveContainer(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	r.stopProcess(ctx, req.ContainerId)
 	r.mu.Lock()
 	delete(r.injections, req.ContainerId)
 	r.mu.Unlock()

@@ -26,8 +26,11 @@ const (
 	StateDir    = fakegpu.RootStateDir
 	StateFile   = StateDir + "/nvml-state.json"
 	FaultFile   = StateDir + "/faults"
-	LibDir      = "usr/lib/x86_64-linux-gnu"
-	BinDir      = "usr/bin"
+	// ProcessDir holds the simulated compute processes (sim.Process): the
+	// fake runtime writes one per running container with GPUs.
+	ProcessDir = StateDir + "/processes"
+	LibDir     = "usr/lib/x86_64-linux-gnu"
+	BinDir     = "usr/bin"
 )
 
 // Names of the fake tools in Options.ToolsDir (built by `make build`).
@@ -61,6 +64,7 @@ type Config struct {
 	Node        string   `json:"node"`
 	StateFile   string   `json:"stateFile"`
 	FaultFile   string   `json:"faultFile"`
+	ProcessDir  string   `json:"processDir"`
 }
 
 // ownedEntries are the top-level entries of a root that Generate writes;
@@ -153,7 +157,8 @@ func (o *Options) complete() error {
 // the root is self-contained. The copy keeps the file's base name, from which
 // a profile without a name field takes its name (and so its GPU UUIDs).
 func configFor(opts Options, p *sim.Profile) (Config, *profileFile, error) {
-	cfg := Config{Profile: opts.Profile, ProfileDirs: []string{}, Node: opts.Node, StateFile: StateFile, FaultFile: FaultFile}
+	cfg := Config{Profile: opts.Profile, ProfileDirs: []string{}, Node: opts.Node, StateFile: StateFile, FaultFile: FaultFile,
+		ProcessDir: ProcessDir}
 	if p.Source == "builtin" {
 		return cfg, nil, nil
 	}
@@ -242,6 +247,6 @@ func (w *writer) stateDir() {
 }
 
 const faultFileHeader = `# Faults of this simulated node, one per line (see pkg/nvmllib/sim/faultfile.go):
-#   gpu-3 xid 79 | gpu-0 ecc | gpu-2 lost
+#   gpu-3 xid 79 | gpu-0 ecc | gpu-2 lost | gpu-1 thermal
 # Removing a line repairs the GPU.
 `

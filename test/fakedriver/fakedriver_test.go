@@ -101,7 +101,8 @@ func TestGenerateBuiltinProfiles(t *testing.T) {
 			cfg, err := ReadConfig(root)
 			require.NoError(t, err)
 			require.Equal(t, Config{Profile: profile, ProfileDirs: []string{}, Node: testNode,
-				StateFile: "var/lib/gpudra-sim/nvml-state.json", FaultFile: "var/lib/gpudra-sim/faults"}, *cfg)
+				StateFile: "var/lib/gpudra-sim/nvml-state.json", FaultFile: "var/lib/gpudra-sim/faults",
+				ProcessDir: "var/lib/gpudra-sim/processes"}, *cfg)
 
 			requireLink(t, lib("libnvidia-ml.so.1"), "libnvidia-ml.so."+version)
 			found, err := nvmllib.FindLibrary(root)

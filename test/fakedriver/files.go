@@ -39,7 +39,8 @@ const NVMLSONAME = "libnvidia-ml.so.1"
 var StubBinaries = []string{"nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-server"}
 
 // HookBinary stands in for the toolkit's nvidia-cdi-hook, which CDI specs
-// made by nvcdi name; it does nothing and exits 0.
+// made by nvcdi name; it changes nothing in the container, records it as a
+// simulated GPU process (hook.go) and exits 0.
 const HookBinary = "nvidia-cdi-hook"
 
 // FirmwareFiles are the GSP firmware files, in lib/firmware/nvidia/<version>/,
@@ -82,7 +83,7 @@ func (w *writer) binaries(toolsDir string) {
 		script := "#!/bin/sh\necho \"" + name + ": a stub of a fake driver root (gpudra test/fakedriver); there is no GPU\" >&2\nexit 1\n"
 		w.file(filepath.Join(BinDir, name), []byte(script), 0o755)
 	}
-	w.file(filepath.Join(BinDir, HookBinary), []byte("#!/bin/sh\n# nvidia-cdi-hook of a fake driver root (gpudra test/fakedriver): does nothing.\nexit 0\n"), 0o755)
+	w.file(filepath.Join(BinDir, HookBinary), []byte(hookScript), 0o755)
 }
 
 // writer writes into a root; after the first error it does nothing and

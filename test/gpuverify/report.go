@@ -76,11 +76,12 @@ type Report struct {
 	Library    string     `json:"library,omitempty"`
 	Sections   []*Section `json:"sections"`
 	// Inspection has the same shape as `gpu-kubelet-plugin inspect -o json`.
-	Inspection *Inspection    `json:"inspection,omitempty"`
-	Claims     []*ClaimResult `json:"claims,omitempty"`
-	Health     *HealthResult  `json:"health,omitempty"`
-	Passed     int            `json:"passed"`
-	Failed     int            `json:"failed"`
+	Inspection *Inspection      `json:"inspection,omitempty"`
+	Claims     []*ClaimResult   `json:"claims,omitempty"`
+	Health     *HealthResult    `json:"health,omitempty"`
+	Telemetry  *TelemetryResult `json:"telemetry,omitempty"`
+	Passed     int              `json:"passed"`
+	Failed     int              `json:"failed"`
 }
 
 func (r *Report) section(title string) *Section {

@@ -115,11 +115,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer k.shutdown()
 	}
 	if node == nil {
-		k.r.section("2-4. Prepare, CDI, health").info("Skipped: NVML or discovery failed (above).")
+		k.r.section("2-5. Prepare, CDI, health, telemetry").info("Skipped: NVML or discovery failed (above).")
 		return k.r, nil
 	}
 	k.claims(ctx, node)
 	k.health(ctx, node)
+	k.telemetry(ctx, node)
 	return k.r, nil
 }
 

@@ -159,6 +159,12 @@ func TestHealthyNode(t *testing.T) {
 	require.Empty(t, rep.Health.Events)
 	require.Contains(t, text, "all 8 GPU(s) healthy")
 	require.Contains(t, text, "resource.kubernetes.io/pcieRoot:", "-slices shows the attributes")
+	require.Len(t, rep.Telemetry.Devices, 8, "telemetry of every GPU")
+	for name, fields := range rep.Telemetry.Devices {
+		require.Equal(t, 80.0*(1<<30), fields["memory_total_bytes"], name)
+		require.Equal(t, 700.0, fields["power_limit_watts"], name)
+		require.Equal(t, 1.0, fields["throttle_reason:gpu_idle"], name)
+	}
 
 	var out bytes.Buffer
 	require.NoError(t, rep.WriteJSON(&out))
@@ -202,6 +208,9 @@ func TestStaticMIGIsReadOnly(t *testing.T) {
 	require.Len(t, rep.Claims, 1, "only the GPU not in MIG mode is prepared")
 	require.Equal(t, []string{"gpu-1"}, rep.Claims[0].Devices)
 	require.Len(t, rep.Inspection.Node.GPUs[0].MIGDevices, 4)
+	require.Len(t, rep.Telemetry.Devices, 6, "two GPUs and four MIG devices")
+	require.NotContains(t, rep.Telemetry.Devices["gpu-0"], "utilization_ratio", "none for a GPU in MIG mode")
+	require.Contains(t, rep.Telemetry.Devices["gpu-1"], "utilization_ratio")
 
 	after, err := os.ReadFile(stateFile)
 	require.NoError(t, err)

@@ -40,6 +40,9 @@ type Config struct {
 	StateFile string `json:"stateFile,omitempty"`
 	// FaultFile is the fault control file (sim.FaultFile). Empty: no faults.
 	FaultFile string `json:"faultFile,omitempty"`
+	// ProcessDir holds the simulated compute processes (sim.Process, one
+	// file each), which make GPUs busy. Empty: every GPU stays idle.
+	ProcessDir string `json:"processDir,omitempty"`
 }
 
 // LoadConfig reads the configuration of the fake driver root and makes its
@@ -54,7 +57,7 @@ func LoadConfig(root string) (*Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("%s: %w (fields: profile, profileDirs, node, stateFile, faultFile)", file, err)
+		return nil, fmt.Errorf("%s: %w (fields: profile, profileDirs, node, stateFile, faultFile, processDir)", file, err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%s: more than one JSON value", file)
@@ -76,6 +79,9 @@ func LoadConfig(root string) (*Config, error) {
 	}
 	if c.FaultFile != "" {
 		c.FaultFile = inRoot(root, c.FaultFile)
+	}
+	if c.ProcessDir != "" {
+		c.ProcessDir = inRoot(root, c.ProcessDir)
 	}
 	return &c, nil
 }

@@ -206,8 +206,7 @@ func (l *Library) DeviceGetAttributes(name string, h uintptr, p unsafe.Pointer) 
 	})
 }
 
-// DeviceGetTemperature is nvmlDeviceGetTemperature: ERROR_GPU_IS_LOST on a
-// lost GPU, else not simulated.
+// DeviceGetTemperature is nvmlDeviceGetTemperature (the GPU sensor).
 func (l *Library) DeviceGetTemperature(h uintptr, sensor int32, p unsafe.Pointer) nvml.Return {
 	return l.onDevice("nvmlDeviceGetTemperature", h, func(d nvml.Device) nvml.Return {
 		v, ret := d.GetTemperature(nvml.TemperatureSensors(sensor))

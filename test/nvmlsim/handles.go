@@ -26,6 +26,7 @@ const (
 	kindGPUInstance
 	kindComputeInstance
 	kindEventSet
+	kindGPMSample
 )
 
 // key identifies what a handle stands for.
@@ -34,7 +35,7 @@ type key struct {
 	gpu  int    // GPU index
 	gi   uint32 // GPU instance ID
 	ci   uint32 // compute instance ID
-	set  uint64 // event set serial number
+	set  uint64 // event set or GPM sample serial number
 }
 
 const (

@@ -41,6 +41,9 @@ type Library struct {
 	// eventSets maps event set serial numbers to the sim's event sets.
 	eventSets sync.Map // uint64 -> nvml.EventSet
 	setSerial atomic.Uint64
+	// gpmSamples maps GPM sample serial numbers to the sim's samples.
+	gpmSamples   sync.Map // uint64 -> nvml.GpmSample
+	sampleSerial atomic.Uint64
 }
 
 // New returns a library that is not initialized.
@@ -117,6 +120,9 @@ func (l *Library) open() (*session, error) {
 		return nil, &initError{nvml.ERROR_UNKNOWN, fmt.Errorf("%s: %w", rootConfig(root), err)}
 	}
 	srv := sim.NewServer(p, cfg.Node)
+	if cfg.ProcessDir != "" {
+		srv.SetProcessDir(cfg.ProcessDir)
+	}
 	if cfg.StateFile != "" {
 		if err := srv.PersistTo(cfg.StateFile); err != nil {
 			return nil, &initError{nvml.ERROR_UNKNOWN, fmt.Errorf("MIG state file %s (from %s): %w", cfg.StateFile, rootConfig(root), err)}
@@ -169,10 +175,15 @@ func (l *Library) Shutdown() (ret nvml.Return) {
 	<-s.done
 	_ = s.srv.Shutdown()
 	s.trace.close()
-	// Event sets do not outlive the session, as in real NVML.
+	// Event sets and GPM samples do not outlive the session.
 	l.eventSets.Range(func(k, _ any) bool {
 		l.eventSets.Delete(k)
 		l.handles.releaseKey(key{kind: kindEventSet, set: k.(uint64)})
+		return true
+	})
+	l.gpmSamples.Range(func(k, _ any) bool {
+		l.gpmSamples.Delete(k)
+		l.handles.releaseKey(key{kind: kindGPMSample, set: k.(uint64)})
 		return true
 	})
 	return nvml.SUCCESS

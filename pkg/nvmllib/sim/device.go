@@ -69,12 +69,7 @@ func (d *device) setFuncs() {
 		}
 		return m.BoardPartNumber, nvml.SUCCESS
 	}
-	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		return nvml.Memory{Total: m.MemoryBytes, Free: m.MemoryBytes}, nvml.SUCCESS
-	}
-	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
-		return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: m.MemoryBytes, Free: m.MemoryBytes}, nvml.SUCCESS
-	}
+	// Memory, utilization, power, temperature, clocks: setTelemetryFuncs.
 	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return d.pciInfo(), nvml.SUCCESS }
 	d.GetPciInfoExtFunc = func() (nvml.PciInfoExt, nvml.Return) {
 		p := nvml.PciInfoExt{

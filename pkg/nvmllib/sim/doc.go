@@ -116,9 +116,24 @@
 // FaultFile (faultfile.go), the control file the plugin watches in
 // simulated mode.
 //
-// Not modelled: processes, utilization, clocks, power, temperatures,
-// single-bit ECC events, vGPU, and MIG compute instance engine profiles
-// other than the shared one.
+// # Telemetry
+//
+// telemetry.go: a GPU or MIG device is busy while a process uses it
+// (processes.go: one file per process in the directory SetProcessDir names,
+// written by the fake container runtime). Modelled: GetUtilizationRates
+// (NOT_SUPPORTED on a GPU in MIG mode and on MIG devices, as in NVML),
+// GetMemoryInfo(_v2) used/free, GetPowerUsage, GetEnforcedPowerLimit,
+// GetTemperature (GPU sensor), GetClockInfo and GetMaxClockInfo (SM and
+// graphics clocks), GetCurrentClocksEventReasons and the deprecated
+// ...ThrottleReasons; power and clocks need the model's figures
+// (powerLimitWatts, idlePowerWatts, maxSMClockMHz, idleSMClockMHz), else
+// they answer NOT_SUPPORTED. gpm.go: GPM (Hopper and newer), the per-MIG
+// utilization. A "thermal" fault throttles a GPU.
+//
+// Not modelled: the processes' own NVML view (GetComputeRunningProcesses
+// and per-process utilization), other clocks, fans, energy counters,
+// violation counters, single-bit ECC events, vGPU, and MIG compute instance
+// engine profiles other than the shared one.
 //
 // All Server methods are safe for concurrent use: one mutex guards the
 // mutable state (MIG mode, compute mode, GPU and compute instances). The

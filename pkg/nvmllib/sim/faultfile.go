@@ -21,6 +21,7 @@ import (
 //	gpu-1 xid 13        # an application XID (on the default ignore list)
 //	gpu-0 ecc           # a double-bit ECC error
 //	gpu-2 lost          # lost without any event (only the probe notices)
+//	gpu-1 thermal       # thermal throttling: hot, slow clocks (telemetry.go)
 //
 // A GPU is named gpu-<index> (its device name) or by UUID; '#' starts a
 // comment. A line that appears is injected once. When the last line naming a
@@ -36,7 +37,7 @@ type FaultFile struct {
 // Fault is one parsed line of a fault file.
 type Fault struct {
 	GPU  string // device name or UUID as written
-	Kind string // "xid", "ecc" or "lost"
+	Kind string // "xid", "ecc", "lost" or "thermal"
 	XID  uint64
 }
 
@@ -70,10 +71,10 @@ func ParseFaults(data string) ([]Fault, error) {
 				return nil, fmt.Errorf("line %d: %q is not an XID number", n, fields[2])
 			}
 			f.Kind, f.XID = "xid", x
-		case len(fields) == 2 && (fields[1] == "ecc" || fields[1] == "lost"):
+		case len(fields) == 2 && (fields[1] == "ecc" || fields[1] == "lost" || fields[1] == "thermal"):
 			f.Kind = fields[1]
 		default:
-			return nil, fmt.Errorf("line %d: %q: want '<gpu> xid <n>', '<gpu> ecc' or '<gpu> lost'", n, strings.TrimSpace(line))
+			return nil, fmt.Errorf("line %d: %q: want '<gpu> xid <n>', '<gpu> ecc', '<gpu> lost' or '<gpu> thermal'", n, strings.TrimSpace(line))
 		}
 		out = append(out, f)
 	}
@@ -131,6 +132,8 @@ func (ff *FaultFile) Sync() error {
 			err = ff.server.InjectDoubleBitECC(id)
 		case "lost":
 			err = ff.server.SetLost(id, true)
+		case "thermal":
+			err = ff.server.SetThermal(id, true)
 		}
 		if err != nil {
 			return err

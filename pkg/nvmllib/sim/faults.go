@@ -61,6 +61,8 @@ type gpuFaults struct {
 	sbeVolatile   uint64
 	sbeAggregate  uint64
 	registrations map[*eventSet]uint64
+	// thermal: the GPU throttles for heat (telemetry.go).
+	thermal bool
 }
 
 // eventSet is a simulated nvmlEventSet.
@@ -324,5 +326,6 @@ func (s *Server) Reset(gpuUUID string) error {
 	d.lost.Store(false)
 	g.recovery = nvml.GPU_RECOVERY_ACTION_NONE
 	g.dbeVolatile, g.sbeVolatile = 0, 0
+	g.thermal = false
 	return nil
 }

@@ -34,27 +34,27 @@ func TestLostGPUAnswersNothing(t *testing.T) {
 
 	require.NoError(t, s.SetLost(id, true))
 	calls := map[string]func() nvml.Return{
-		"GetUUID":                    func() nvml.Return { _, r := d.GetUUID(); return r },
-		"GetName":                    func() nvml.Return { _, r := d.GetName(); return r },
-		"GetMinorNumber":             func() nvml.Return { _, r := d.GetMinorNumber(); return r },
-		"GetMemoryInfo":              func() nvml.Return { _, r := d.GetMemoryInfo(); return r },
-		"GetPciInfo":                 func() nvml.Return { _, r := d.GetPciInfo(); return r },
-		"GetMigMode":                 func() nvml.Return { _, _, r := d.GetMigMode(); return r },
-		"GetMigDeviceHandleByIndex":  func() nvml.Return { _, r := d.GetMigDeviceHandleByIndex(0); return r },
-		"GetFieldValues":             func() nvml.Return { return d.GetFieldValues([]nvml.FieldValue{{}}) },
-		"GetSupportedEventTypes":     func() nvml.Return { _, r := d.GetSupportedEventTypes(); return r },
-		"RegisterEvents":             func() nvml.Return { return d.RegisterEvents(nvml.EventTypeXidCriticalError, set) },
-		"GetPowerUsage (unmodelled)": func() nvml.Return { _, r := d.GetPowerUsage(); return r },
-		"DeviceGetName (forwarded)":  func() nvml.Return { _, r := s.DeviceGetName(d); return r },
-		"DeviceGetHandleByIndex":     func() nvml.Return { _, r := s.DeviceGetHandleByIndex(0); return r },
-		"DeviceGetHandleByUUID":      func() nvml.Return { _, r := s.DeviceGetHandleByUUID(id); return r },
-		"DeviceGetHandleByPciBusId":  func() nvml.Return { _, r := s.DeviceGetHandleByPciBusId(p.GPUs[0].PCIBusID); return r },
-		"DeviceGetHandleBySerial":    func() nvml.Return { _, r := s.DeviceGetHandleBySerial(serial); return r },
-		"MIG device GetUUID":         func() nvml.Return { _, r := migDev.GetUUID(); return r },
-		"MIG device by UUID":         func() nvml.Return { _, r := s.DeviceGetHandleByUUID(migID); return r },
-		"GPU instance GetInfo":       func() nvml.Return { _, r := gi.GetInfo(); return r },
-		"compute instance GetInfo":   func() nvml.Return { _, r := ci.GetInfo(); return r },
-		"compute instance Destroy":   ci.Destroy,
+		"GetUUID":                   func() nvml.Return { _, r := d.GetUUID(); return r },
+		"GetName":                   func() nvml.Return { _, r := d.GetName(); return r },
+		"GetMinorNumber":            func() nvml.Return { _, r := d.GetMinorNumber(); return r },
+		"GetMemoryInfo":             func() nvml.Return { _, r := d.GetMemoryInfo(); return r },
+		"GetPciInfo":                func() nvml.Return { _, r := d.GetPciInfo(); return r },
+		"GetMigMode":                func() nvml.Return { _, _, r := d.GetMigMode(); return r },
+		"GetMigDeviceHandleByIndex": func() nvml.Return { _, r := d.GetMigDeviceHandleByIndex(0); return r },
+		"GetFieldValues":            func() nvml.Return { return d.GetFieldValues([]nvml.FieldValue{{}}) },
+		"GetSupportedEventTypes":    func() nvml.Return { _, r := d.GetSupportedEventTypes(); return r },
+		"RegisterEvents":            func() nvml.Return { return d.RegisterEvents(nvml.EventTypeXidCriticalError, set) },
+		"GetFanSpeed (unmodelled)":  func() nvml.Return { _, r := d.GetFanSpeed(); return r },
+		"DeviceGetName (forwarded)": func() nvml.Return { _, r := s.DeviceGetName(d); return r },
+		"DeviceGetHandleByIndex":    func() nvml.Return { _, r := s.DeviceGetHandleByIndex(0); return r },
+		"DeviceGetHandleByUUID":     func() nvml.Return { _, r := s.DeviceGetHandleByUUID(id); return r },
+		"DeviceGetHandleByPciBusId": func() nvml.Return { _, r := s.DeviceGetHandleByPciBusId(p.GPUs[0].PCIBusID); return r },
+		"DeviceGetHandleBySerial":   func() nvml.Return { _, r := s.DeviceGetHandleBySerial(serial); return r },
+		"MIG device GetUUID":        func() nvml.Return { _, r := migDev.GetUUID(); return r },
+		"MIG device by UUID":        func() nvml.Return { _, r := s.DeviceGetHandleByUUID(migID); return r },
+		"GPU instance GetInfo":      func() nvml.Return { _, r := gi.GetInfo(); return r },
+		"compute instance GetInfo":  func() nvml.Return { _, r := ci.GetInfo(); return r },
+		"compute instance Destroy":  ci.Destroy,
 	}
 	for name, call := range calls {
 		assert.Equal(t, nvml.ERROR_GPU_IS_LOST, call(), name)
@@ -69,7 +69,7 @@ func TestLostGPUAnswersNothing(t *testing.T) {
 	for name, call := range calls {
 		want := nvml.SUCCESS
 		switch name {
-		case "GetPowerUsage (unmodelled)":
+		case "GetFanSpeed (unmodelled)":
 			want = nvml.ERROR_NOT_SUPPORTED
 		case "GetMigDeviceHandleByIndex", "MIG device by UUID":
 			want = nvml.ERROR_NOT_FOUND // the reset destroyed the MIG device

@@ -57,11 +57,14 @@ func newMIGDevice(ci *computeInstance, id string) *migDevice {
 	}
 	m.GetGpuInstanceIdFunc = func() (int, nvml.Return) { return guard(m, int(ci.gi.info.Id)) }
 	m.GetComputeInstanceIdFunc = func() (int, nvml.Return) { return guard(m, int(ci.info.Id)) }
+	// Memory in use: see telemetry.go.
 	m.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		return guard(m, nvml.Memory{Total: memory, Free: memory})
+		_, used := m.migLoad(parent.srv.clock())
+		return guard(m, nvml.Memory{Total: memory, Used: used, Free: memory - used})
 	}
 	m.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
-		return guard(m, nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: memory, Free: memory})
+		_, used := m.migLoad(parent.srv.clock())
+		return guard(m, nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: memory, Used: used, Free: memory - used})
 	}
 	m.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
 		return guard(m, nvml.DeviceAttributes{

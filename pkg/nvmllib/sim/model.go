@@ -129,6 +129,12 @@ func (s *modelSpec) validate(at string) (*Model, error) {
 	if m.PCISubsystemID, err = parseUint32(s.PCISubsystemID, false); err != nil {
 		return nil, fmt.Errorf("%s: %w", join(at, "pciSubsystemID"), err)
 	}
+	if m.Power, err = powerRange(at, s.IdlePowerWatts, s.PowerLimitWatts); err != nil {
+		return nil, err
+	}
+	if m.SMClock, err = clockRange(at, s.IdleSMClockMHz, s.MaxSMClockMHz); err != nil {
+		return nil, err
+	}
 	switch {
 	case s.MIGCapable && s.MIG == nil:
 		return nil, fmt.Errorf("%s: required when migCapable is true", join(at, "mig"))
@@ -140,6 +146,32 @@ func (s *modelSpec) validate(at string) (*Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// powerRange checks idlePowerWatts and powerLimitWatts: both or neither,
+// 0 < idle < limit.
+func powerRange(at string, idle, limit int) (*PowerRange, error) {
+	if idle == 0 && limit == 0 {
+		return nil, nil
+	}
+	if idle <= 0 || limit <= idle || limit > 5000 {
+		return nil, fmt.Errorf("%s, %s: set both, with 0 < idle < limit <= 5000 (e.g. 70 and 700 for an H100 SXM)",
+			join(at, "idlePowerWatts"), join(at, "powerLimitWatts"))
+	}
+	return &PowerRange{IdleWatts: idle, LimitWatts: limit}, nil
+}
+
+// clockRange checks idleSMClockMHz and maxSMClockMHz: both or neither,
+// 0 < idle < max.
+func clockRange(at string, idle, maxMHz int) (*ClockRange, error) {
+	if idle == 0 && maxMHz == 0 {
+		return nil, nil
+	}
+	if idle <= 0 || maxMHz <= idle || maxMHz > 10000 {
+		return nil, fmt.Errorf("%s, %s: set both, with 0 < idle < max <= 10000 (e.g. 345 and 1980 for an H100 SXM)",
+			join(at, "idleSMClockMHz"), join(at, "maxSMClockMHz"))
+	}
+	return &ClockRange{IdleMHz: idle, MaxMHz: maxMHz}, nil
 }
 
 func (s *migSpec) validate(at string, m *Model) (*MIG, error) {

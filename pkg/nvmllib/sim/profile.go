@@ -63,7 +63,17 @@ type Model struct {
 	BoardPartNumber string
 	// MIG is nil when the model is not MIG-capable.
 	MIG *MIG
+	// Power is nil when the model does not describe its power draw.
+	Power *PowerRange
+	// SMClock is nil when the model does not describe its SM clocks.
+	SMClock *ClockRange
 }
+
+// PowerRange is a model's power draw: idle and the enforced limit (TDP).
+type PowerRange struct{ IdleWatts, LimitWatts int }
+
+// ClockRange is a model's SM clock: idle and the highest boost clock.
+type ClockRange struct{ IdleMHz, MaxMHz int }
 
 // MIGCapable reports whether the model supports MIG.
 func (m *Model) MIGCapable() bool { return m.MIG != nil }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -42,6 +43,10 @@ type Server struct {
 
 	// faults is the simulated fault state (faults.go); it has its own lock.
 	faults *faultBook
+	// procs are the processes that make GPUs busy (processes.go).
+	procs processTable
+	// clock drives the simulated load (telemetry.go); tests replace it.
+	clock func() time.Time
 }
 
 var (
@@ -55,7 +60,8 @@ var (
 // the server must be initialized with Init before use and released with
 // Shutdown. p must come from Parse or Load and must not be modified.
 func NewServer(p *Profile, nodeName string) *Server {
-	s := &Server{profile: p, nodeName: nodeName}
+	s := &Server{profile: p, nodeName: nodeName, clock: time.Now}
+	s.procs.now = func() time.Time { return s.clock() }
 	for i := range p.GPUs {
 		s.devices = append(s.devices, newDevice(s, &p.GPUs[i]))
 	}
@@ -66,6 +72,10 @@ func NewServer(p *Profile, nodeName string) *Server {
 		d.createInitialMIGDevices()
 	}
 	s.installFaults()
+	s.installGPM()
+	for _, d := range s.devices {
+		d.setTelemetryFuncs()
+	}
 	for _, d := range s.devices {
 		finishHandle(&d.Device, d)
 	}

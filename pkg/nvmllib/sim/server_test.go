@@ -267,11 +267,11 @@ func TestNoCallPanics(t *testing.T) {
 	for _, h := range []any{d, l4, giHandle, ciHandle, migHandle, s} {
 		callAll(t, h)
 	}
-	_, ret = d.GetPowerUsage()
+	_, ret = d.GetFanSpeed()
 	assert.Equal(t, nvml.ERROR_NOT_SUPPORTED, ret, "unmodelled calls answer NOT_SUPPORTED")
-	_, ret = s.DeviceGetPowerUsage(d)
+	_, ret = s.DeviceGetFanSpeed(d)
 	assert.Equal(t, nvml.ERROR_NOT_SUPPORTED, ret)
-	_, ret = s.DeviceGetPowerUsage(nil)
+	_, ret = s.DeviceGetFanSpeed(nil)
 	assert.Equal(t, nvml.ERROR_INVALID_ARGUMENT, ret)
 }
 

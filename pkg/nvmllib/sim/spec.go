@@ -60,6 +60,12 @@ type modelSpec struct {
 	BoardPartNumber   string   `json:"boardPartNumber"`
 	MIGCapable        bool     `json:"migCapable"`
 	MIG               *migSpec `json:"mig"`
+	// The telemetry the simulator reports under load (telemetry.go); a
+	// model without them answers power and clock queries NOT_SUPPORTED.
+	PowerLimitWatts int `json:"powerLimitWatts"`
+	IdlePowerWatts  int `json:"idlePowerWatts"`
+	MaxSMClockMHz   int `json:"maxSMClockMHz"`
+	IdleSMClockMHz  int `json:"idleSMClockMHz"`
 }
 
 // migSpec is the MIG geometry of a model.

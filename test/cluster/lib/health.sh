@@ -52,7 +52,7 @@ apply_plugin_rbac() {
 cmd_inject_fault() {
 	local node=${1:-}
 	shift || true
-	[[ -n $node && $# -ge 2 ]] || die "usage: $0 inject-fault NODE GPU xid N|ecc|lost"
+	[[ -n $node && $# -ge 2 ]] || die "usage: $0 inject-fault NODE GPU xid N|ecc|lost|thermal"
 	load_settings
 	node_profile "$node" >/dev/null
 	echo "$*" >>"$(fault_file "$node")"

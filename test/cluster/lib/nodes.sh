@@ -97,6 +97,7 @@ start_fake_cri() {
 		--cdi-spec-dir "$dir/cdi" \
 		--gpu-info "$dir/gpus.json" \
 		--state-file "$dir/containers.jsonl" \
+		--sim-process-dir "$(driver_root "$node")/var/lib/gpudra-sim/processes" \
 		-v "$FAKE_CRI_V"
 }
 

@@ -24,6 +24,7 @@ type options struct {
 	cdiSpecDirs []string
 	gpuInfo     string
 	stateFile   string
+	processDir  string
 }
 
 func main() {
@@ -56,6 +57,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&opts.gpuInfo, "gpu-info", "",
 		"JSON file mapping GPU UUIDs to product names. Default: <cdi-spec-dir>/../"+fakecri.GPUInfoFileName+" of each spec dir, if present.")
 	fs.StringVar(&opts.stateFile, "state-file", "", "File to append one JSON line to per created container (optional).")
+	fs.StringVar(&opts.processDir, "sim-process-dir", "",
+		"Process directory of the node's simulated driver root (<root>/var/lib/gpudra-sim/processes): running containers with GPUs are recorded there, which makes the simulated GPUs busy (optional).")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -82,6 +85,7 @@ func run(ctx context.Context, opts *options) error {
 		CDISpecDirs: opts.cdiSpecDirs,
 		ProductName: fakecri.FileProductLookup(logger, infoPaths...),
 		StateFile:   opts.stateFile,
+		ProcessDir:  opts.processDir,
 	})
 	if err != nil {
 		return fmt.Errorf("create fake CRI runtime: %w", err)

@@ -23,6 +23,7 @@ const (
 	libDir    = "usr/lib/x86_64-linux-gnu"
 	stateFile = "var/lib/gpudra-sim/nvml-state.json"
 	faultFile = "var/lib/gpudra-sim/faults"
+	procDir   = "var/lib/gpudra-sim/processes"
 )
 
 // libPath is the library built for this test binary.
@@ -54,7 +55,7 @@ func TestMain(m *testing.M) {
 func newRoot(t *testing.T, profile string) string {
 	t.Helper()
 	root := t.TempDir()
-	cfg := nvmlsim.Config{Profile: profile, Node: node, StateFile: stateFile, FaultFile: faultFile}
+	cfg := nvmlsim.Config{Profile: profile, Node: node, StateFile: stateFile, FaultFile: faultFile, ProcessDir: procDir}
 	if strings.HasSuffix(profile, ".yaml") {
 		data, err := os.ReadFile(profile)
 		require.NoError(t, err)

@@ -80,6 +80,11 @@ func TestEveryGoNVMLSymbolExists(t *testing.T) {
 		"nvmlComputeInstanceDestroy", "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlEventSetWait_v2",
 		"nvmlDeviceRegisterEvents", "nvmlDeviceGetSupportedEventTypes", "nvmlDeviceGetTotalEccErrors",
 		"nvmlDeviceGetFieldValues", "nvmlDeviceGetComputeMode",
+		"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit",
+		"nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo",
+		"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
+		"nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet",
+		"nvmlGpmMigSampleGet", "nvmlGpmMetricsGet",
 	} {
 		require.Contains(t, strong, n, "simulated")
 	}
