@@ -13,6 +13,14 @@ package fakedriver
 // NVML drops the record (pkg/nvmllib/sim/processes.go). The hook runs once
 // per hook of the spec: the first one records, the others find the lock
 // taken. Whatever fails, it exits 0: a failing hook stops the container.
+// noopHookScript is the nvidia-cdi-hook the roots get: it does nothing.
+// hookScript is not installed: runc runs createContainer hooks in the
+// runtime's namespaces, not the container's, so its helper outlived the
+// container on the containerd cluster (the record never went away) and a
+// container start hung there; its process records are written by the fast
+// cluster's fake runtime only (see README, GPU telemetry).
+const noopHookScript = "#!/bin/sh\n# nvidia-cdi-hook of a fake driver root (gpudra test/fakedriver): does nothing.\ncat >/dev/null 2>&1\nexit 0\n"
+
 const hookScript = `#!/bin/sh
 # nvidia-cdi-hook of a fake driver root (gpudra test/fakedriver, hook.go):
 # records the container as a process of the simulated GPUs it got; changes
