@@ -271,17 +271,17 @@ func (c *Cluster) Status(ctx context.Context) error {
 	down := 0
 	for _, name := range c.allComponents() {
 		if pid := c.pid(name); pid != 0 {
-			fmt.Fprintf(c.out, "%-34s running (pid %d)\n", name, pid)
+			_, _ = fmt.Fprintf(c.out, "%-34s running (pid %d)\n", name, pid)
 		} else {
-			fmt.Fprintf(c.out, "%-34s stopped\n", name)
+			_, _ = fmt.Fprintf(c.out, "%-34s stopped\n", name)
 			down++
 		}
 	}
 	if err := c.apiserverReady(ctx); err != nil {
-		fmt.Fprintf(c.out, "apiserver: not ready (%v)\n", err)
+		_, _ = fmt.Fprintf(c.out, "apiserver: not ready (%v)\n", err)
 		down++
 	} else {
-		fmt.Fprintf(c.out, "apiserver: ready on %s\n", c.apiserverURL())
+		_, _ = fmt.Fprintf(c.out, "apiserver: ready on %s\n", c.apiserverURL())
 	}
 	if down > 0 {
 		return fmt.Errorf("%d component(s) not running", down)

@@ -137,7 +137,7 @@ func defaultRouteIP() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	return conn.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }
 
@@ -188,7 +188,7 @@ func Open(dir string, out io.Writer) (*Cluster, error) {
 func (c *Cluster) Config() Config { return c.cfg }
 
 func (c *Cluster) logf(format string, args ...any) {
-	fmt.Fprintf(c.out, "[%6.1fs] %s\n", time.Since(c.start0).Seconds(), fmt.Sprintf(format, args...))
+	_, _ = fmt.Fprintf(c.out, "[%6.1fs] %s\n", time.Since(c.start0).Seconds(), fmt.Sprintf(format, args...))
 }
 
 func (c *Cluster) bin(name string) string { return filepath.Join(c.cfg.BinDir, name) }

@@ -145,7 +145,7 @@ func (c *Cluster) httpGet(ctx context.Context, url string, insecure bool) (strin
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	if resp.StatusCode != http.StatusOK {
 		return string(body), fmt.Errorf("%s: %s", url, resp.Status)

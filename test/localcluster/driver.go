@@ -147,7 +147,7 @@ func deploymentsReady(ctx context.Context, cs kubernetes.Interface, ns string) e
 		}
 		s := d.Status
 		if s.ObservedGeneration < d.Generation || s.UpdatedReplicas != want || s.AvailableReplicas != want || s.Replicas != want {
-			return fmt.Errorf("Deployment %s: %d/%d updated, %d available", d.Name, s.UpdatedReplicas, want, s.AvailableReplicas)
+			return fmt.Errorf("deployment %s: %d/%d updated, %d available", d.Name, s.UpdatedReplicas, want, s.AvailableReplicas)
 		}
 	}
 	return nil

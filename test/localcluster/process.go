@@ -29,7 +29,7 @@ func (c *Cluster) start(name string, argv []string, env []string) (int, error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	fmt.Fprintf(logf, "=== %s: %s\n", time.Now().Format(time.RFC3339), strings.Join(argv, " "))
+	_, _ = fmt.Fprintf(logf, "=== %s: %s\n", time.Now().Format(time.RFC3339), strings.Join(argv, " "))
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s (%s): %w", name, argv[0], err)
 	}
@@ -106,9 +106,6 @@ func alive(pid int) bool {
 	i := bytes.LastIndexByte(st, ')')
 	return i < 0 || len(st) <= i+2 || st[i+2] != 'Z'
 }
-
-// errNotYet is what a readiness check returns while it keeps waiting.
-var errNotYet = errors.New("not yet")
 
 // waitFor polls check until it returns nil, the timeout passes, or one of
 // the watched components exits. A failure names what was awaited and shows
