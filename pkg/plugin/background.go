@@ -39,7 +39,7 @@ func (d *Driver) afterPrepare(claims []*resourceapi.ResourceClaim, results map[t
 	d.events.prepareFailed(claims, results)
 	for _, c := range claims {
 		if r, ok := results[c.UID]; ok && r.Err == nil && len(r.Devices) > 0 {
-			d.status.enqueue(claimKey{Namespace: c.Namespace, Name: c.Name, UID: c.UID})
+			d.status.prepared(c)
 		}
 	}
 }
@@ -48,7 +48,7 @@ func (d *Driver) afterPrepare(claims []*resourceapi.ResourceClaim, results map[t
 func (d *Driver) afterUnprepare(claims []kubeletplugin.NamespacedObject, results map[types.UID]error) {
 	for _, c := range claims {
 		if err, ok := results[c.UID]; ok && err == nil {
-			d.status.enqueue(claimKey{Namespace: c.Namespace, Name: c.Name, UID: c.UID})
+			d.status.unprepared(claimKey{Namespace: c.Namespace, Name: c.Name, UID: c.UID})
 		}
 	}
 }

@@ -166,9 +166,10 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
+	pm := newPluginMetrics()
 	var metricsAddr net.Addr
 	if o.MetricsAddress != "" {
-		if metricsAddr, err = serveMetrics(ctx, o, manager, hs); err != nil {
+		if metricsAddr, err = serveMetrics(ctx, o, manager, hs, pm); err != nil {
 			return nil, err
 		}
 	}
@@ -177,11 +178,11 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		return nil, fmt.Errorf("build ResourceSlice: %w", err)
 	}
 	driver := &Driver{manager: manager, cancel: fatal, health: hs, events: newEventSink(ctx, client, o, store),
-		status: newClaimStatus(client, o, store, pub)}
+		status: newClaimStatus(client, o, store, pub, pm)}
 	driver.events.recoverFailed(recovered.Failed)
 	driver.events.unavailableGPUs(o.NodeName, gpus.Node.Unavailable)
-	_ = pub.SetBase(ctx, resources)          // no helper yet: only recorded
-	fetcher := &claimFetcher{client: client} // see claimfetch.go
+	_ = pub.SetBase(ctx, resources)                       // no helper yet: only recorded
+	fetcher := &claimFetcher{client: client, metrics: pm} // see claimfetch.go
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(o.DriverName),
 		kubeletplugin.NodeName(o.NodeName),
