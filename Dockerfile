@@ -15,11 +15,12 @@ WORKDIR /src
 # cgo: go-nvml loads libnvidia-ml.so.1 with dlopen at run time. Its bindings
 # use NVML calls deprecated in CUDA 13; the warnings are not ours to fix.
 ENV CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" GOFLAGS=-buildvcs=false
+# Build flags as in the Makefile's SHIP_BUILD_FLAGS (grpcnotrace: see there).
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags="-s -w" -o bin/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller
+    go build -trimpath -tags grpcnotrace -ldflags="-s -w" -o bin/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller
 RUN ./bin/gpu-kubelet-plugin --help >/dev/null && ./bin/gpu-controller --help >/dev/null
 
 # distroless/base: glibc and CA certificates, no shell or package manager. A

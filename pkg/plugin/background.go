@@ -45,7 +45,7 @@ func (d *Driver) afterPrepare(claims []*resourceapi.ResourceClaim, results map[t
 	d.telemetry.observe(claims, results)
 	for _, c := range claims {
 		if r, ok := results[c.UID]; ok && r.Err == nil && len(r.Devices) > 0 {
-			d.status.enqueue(claimKey{Namespace: c.Namespace, Name: c.Name, UID: c.UID})
+			d.status.prepared(c)
 		}
 	}
 }
@@ -54,7 +54,7 @@ func (d *Driver) afterPrepare(claims []*resourceapi.ResourceClaim, results map[t
 func (d *Driver) afterUnprepare(claims []kubeletplugin.NamespacedObject, results map[types.UID]error) {
 	for _, c := range claims {
 		if err, ok := results[c.UID]; ok && err == nil {
-			d.status.enqueue(claimKey{Namespace: c.Namespace, Name: c.Name, UID: c.UID})
+			d.status.unprepared(claimKey{Namespace: c.Namespace, Name: c.Name, UID: c.UID})
 		}
 	}
 }

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,6 +117,8 @@ const maxConcurrentClaimGets = 16
 // the helper: the helper's GETs then return the results fetched for its call.
 type claimFetcher struct {
 	client kubernetes.Interface
+	// metrics times the calls and the claim reads; nil: not timed.
+	metrics *pluginMetrics
 }
 
 type fetchedKey struct{}
@@ -136,13 +139,25 @@ func (f *claimFetcher) get(ctx context.Context, namespace, name string, opts met
 			return r.claim, r.err
 		}
 	}
-	return f.client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, opts)
+	return f.read(ctx, namespace, name, opts)
+}
+
+// read is one claim GET from the API server, timed.
+func (f *claimFetcher) read(ctx context.Context, namespace, name string, opts metav1.GetOptions) (*resourceapi.ResourceClaim, error) {
+	start := time.Now()
+	claim, err := f.client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, opts)
+	f.metrics.claimRead(start)
+	return claim, err
 }
 
 // Intercept is a grpc.UnaryServerInterceptor: for a prepare call with more
 // than one claim it reads them all concurrently, with the same consistent
 // GET the helper would issue, before the helper's handler runs.
-func (f *claimFetcher) Intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// Every call is timed as a whole.
+func (f *claimFetcher) Intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if info != nil {
+		defer f.metrics.call(info.FullMethod, time.Now())
+	}
 	if refs := prepareRefs(req); len(refs) > 1 {
 		ctx = context.WithValue(ctx, fetchedKey{}, f.fetchAll(ctx, refs))
 	}
@@ -158,7 +173,7 @@ func (f *claimFetcher) fetchAll(ctx context.Context, refs []types.NamespacedName
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			claim, err := f.client.ResourceV1().ResourceClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			claim, err := f.read(ctx, ref.Namespace, ref.Name, metav1.GetOptions{})
 			mu.Lock()
 			results[ref] = fetchResult{claim: claim, err: err}
 			mu.Unlock()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -43,6 +45,14 @@ type DeviceData struct {
 // never waits for the API server and failed writes are retried with
 // backoff; each write reconciles the claim against the checkpoint, so an
 // out-of-date queue entry is harmless.
+//
+// Writes are coalesced per claim: a prepare or unprepare queues its claim
+// statusDelay later, so a claim prepared and unprepared within that time is
+// reconciled once, against its final state. A removal is skipped when the
+// API server is known to hold no entry of this driver for the claim: the
+// prepare's consistent read of the claim showed none, and no write of
+// entries has been issued since (see clean). Entries of a prepared claim
+// are always written.
 type claimStatus struct {
 	client  kubernetes.Interface
 	driver  string
@@ -51,24 +61,93 @@ type claimStatus struct {
 	devices func() map[string]resourceapi.Device
 	health  func() health.Snapshot // nil: always Healthy
 	queue   workqueue.TypedRateLimitingInterface[claimKey]
+	delay   time.Duration
+	metrics *pluginMetrics
 	// forbidden: a write was refused for lack of RBAC (logged once).
 	forbidden bool
+
+	mu sync.Mutex
+	// written says what the API server holds of this driver's entries per
+	// claim, as far as this process knows: false, none (a consistent read
+	// showed none and nothing was written since); true, maybe some (entries
+	// were written, or a write was issued). A claim not in the map is
+	// unknown and always written.
+	written map[types.UID]bool
 }
 
-func newClaimStatus(client kubernetes.Interface, o *Options, store *checkpoint.Store, pub *publisher) *claimStatus {
+// statusDelay is how long a prepare or unprepare waits before its claim's
+// status is reconciled (coalescing). A pod's containers take longer than
+// this to start, so the entries of a claim in use are not visibly later.
+const statusDelay = 500 * time.Millisecond
+
+func newClaimStatus(client kubernetes.Interface, o *Options, store *checkpoint.Store, pub *publisher, pm *pluginMetrics) *claimStatus {
 	return &claimStatus{
 		client: client, driver: o.DriverName, manager: o.DriverName + "/" + o.NodeName, store: store,
 		devices: pub.Devices,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[claimKey](100*time.Millisecond, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[claimKey]{Name: "claim_device_status"}),
+		delay: statusDelay, metrics: pm, written: map[types.UID]bool{},
 	}
 }
 
+// enqueue reconciles a claim now (after a restart, a health change).
 func (c *claimStatus) enqueue(k claimKey) {
 	if c != nil {
 		c.queue.Add(k)
 	}
+}
+
+// prepared queues the status of a claim the kubelet had prepared, which the
+// helper has just read from the API server (a consistent read).
+func (c *claimStatus) prepared(claim *resourceapi.ResourceClaim) {
+	if c == nil {
+		return
+	}
+	if !slices.ContainsFunc(claim.Status.Devices, func(d resourceapi.AllocatedDeviceStatus) bool { return d.Driver == c.driver }) {
+		c.mu.Lock()
+		// Only for an unknown claim: a write of ours may be under way that
+		// the read did not see yet.
+		if _, known := c.written[claim.UID]; !known {
+			c.written[claim.UID] = false
+		}
+		c.mu.Unlock()
+	}
+	c.queue.AddAfter(claimKey{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}, c.delay)
+}
+
+// unprepared queues the removal of a claim's entries.
+func (c *claimStatus) unprepared(k claimKey) {
+	if c != nil {
+		c.queue.AddAfter(k, c.delay)
+	}
+}
+
+// clean reports whether the API server is known to hold no entry of ours
+// for the claim; the claim is forgotten then (a later prepare reads it again).
+func (c *claimStatus) clean(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	written, known := c.written[uid]
+	if known && !written {
+		delete(c.written, uid)
+		return true
+	}
+	return false
+}
+
+// markWritten records that entries of ours may be on the claim from now on;
+// forget that nothing is known about it.
+func (c *claimStatus) markWritten(uid types.UID) {
+	c.mu.Lock()
+	c.written[uid] = true
+	c.mu.Unlock()
+}
+
+func (c *claimStatus) forget(uid types.UID) {
+	c.mu.Lock()
+	delete(c.written, uid)
+	c.mu.Unlock()
 }
 
 // enqueueHeld queues every claim prepared on this node.
@@ -151,17 +230,32 @@ func (c *claimStatus) sync(ctx context.Context, k claimKey) error {
 			status.WithDevices(entry)
 		}
 	}
+	start := time.Now()
+	if len(status.Devices) == 0 && c.clean(k.UID) {
+		c.metrics.statusWritten(statusUnchanged, start)
+		return nil
+	}
+	if len(status.Devices) > 0 {
+		c.markWritten(k.UID)
+	}
 	claim := resourceac.ResourceClaim(k.Name, k.Namespace).WithUID(k.UID).WithStatus(status)
 	_, err = c.client.ResourceV1().ResourceClaims(k.Namespace).ApplyStatus(ctx, claim,
 		metav1.ApplyOptions{FieldManager: c.manager, Force: true})
 	switch {
 	case err == nil:
+		c.metrics.statusWritten(statusApplied, start)
+		if len(status.Devices) == 0 {
+			c.forget(k.UID) // none now; the map only keeps claims with entries
+		}
 		klog.FromContext(ctx).V(4).Info("Claim device status written", "claim", klog.KRef(k.Namespace, k.Name),
 			"devices", len(status.Devices))
 		return nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		c.metrics.statusWritten(statusGone, start)
+		c.forget(k.UID)
 		return nil // deleted, or recreated under the same name (UID precondition)
 	default:
+		c.metrics.statusWritten(statusFailed, start)
 		return fmt.Errorf("apply status.devices of claim %s/%s: %w", k.Namespace, k.Name, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
@@ -33,8 +34,9 @@ func TestClaimStatusSync(t *testing.T) {
 			return map[string]resourceapi.Device{"gpu-1": {Name: "gpu-1", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 				"uuid": {StringValue: &uuid}, "productName": {StringValue: &product}}}}
 		},
-		health: func() health.Snapshot { return snap },
-		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[claimKey]()),
+		health:  func() health.Snapshot { return snap },
+		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[claimKey]()),
+		written: map[types.UID]bool{},
 	}
 	defer c.queue.ShutDown()
 	key := claimKey{Namespace: "ns", Name: "c1", UID: "uid-1"}

@@ -179,10 +179,11 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	}
 	tel := newTelemetryService(o, gpus, store, client)
 	tel.watchXIDs(hs)
+	pm := newPluginMetrics()
 	var metricsAddr net.Addr
 	reg8n := &registration{}
 	if o.MetricsAddress != "" {
-		if metricsAddr, err = serveMetrics(ctx, o, manager, hs, reg8n, tel); err != nil {
+		if metricsAddr, err = serveMetrics(ctx, o, manager, hs, reg8n, tel, pm); err != nil {
 			return nil, err
 		}
 	}
@@ -191,11 +192,11 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		return nil, fmt.Errorf("build ResourceSlice: %w", err)
 	}
 	driver := &Driver{manager: manager, cancel: fatal, health: hs, events: events,
-		status: newClaimStatus(client, o, store, pub), mpsCheckInterval: o.MPSCheckInterval, telemetry: tel}
+		status: newClaimStatus(client, o, store, pub, pm), mpsCheckInterval: o.MPSCheckInterval, telemetry: tel}
 	driver.events.recoverFailed(recovered.Failed)
 	driver.events.unavailableGPUs(o.NodeName, gpus.Node.Unavailable)
-	_ = pub.SetBase(ctx, resources)          // no helper yet: only recorded
-	fetcher := &claimFetcher{client: client} // see claimfetch.go
+	_ = pub.SetBase(ctx, resources)                       // no helper yet: only recorded
+	fetcher := &claimFetcher{client: client, metrics: pm} // see claimfetch.go
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(o.DriverName),
 		kubeletplugin.NodeName(o.NodeName),

@@ -162,19 +162,29 @@ func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedO
 }
 
 func (m *Manager) unprepare(ctx context.Context, uid string) error {
-	unlockClaim, err := m.lockClaim(uid)
+	t := m.phases("unprepare")
+	known := recordUnknown // see prepare
+	unlockClaim, err := m.lockClaimKnowing(uid, &known)
 	if err != nil {
 		return err
 	}
-	defer unlockClaim()
+	t.done(PhaseLockClaim)
+	defer func() {
+		unlockClaim()
+		t.done(PhaseUnlock)
+	}()
 	rec, err := m.cfg.Checkpoints.Get(uid)
 	if err != nil {
 		return tag(errCheckpoint, err)
 	}
+	t.done(PhaseCheckpointRead)
+	known = knownFrom(rec != nil)
 	if rec == nil {
 		// Never prepared, or already unprepared: nothing is held. Removing
 		// the spec is idempotent and cheap, so make sure none is left.
-		return tag(errCDI, m.cfg.CDI.RemoveClaim(uid))
+		err := m.cfg.CDI.RemoveClaim(uid)
+		t.done(PhaseCDI)
+		return tag(errCDI, err)
 	}
 	// The record's devices, even one the node no longer has: its
 	// bookkeeping is released all the same.
@@ -183,27 +193,60 @@ func (m *Manager) unprepare(ctx context.Context, uid string) error {
 		return err
 	}
 	defer unlock()
+	t.done(PhaseLockDevices)
 	if err := m.cfg.CDI.RemoveClaim(uid); err != nil {
 		return tag(errCDI, err)
 	}
+	t.done(PhaseCDI)
 	after(phaseUnprepareCDIRemoved)
 	if err := m.releaseSharing(ctx, rec); err != nil {
 		return err
 	}
+	t.done(PhaseSharing)
 	if err := m.unprepareMIG(ctx, rec); err != nil {
 		return err
 	}
+	t.done(PhaseMIG)
+	known = recordUnknown
 	if err := m.forget(rec); err != nil {
 		return err
 	}
+	known = recordAbsent
+	t.done(PhaseHolders)
 	klog.FromContext(ctx).V(3).Info("Unprepared claim", "claim", rec.Namespace+"/"+rec.Name, "devices", len(rec.Devices))
 	return nil
 }
 
+// recordKnown says whether a claim has a record, as far as the holder of the
+// claim's lock knows: what it read or wrote under the lock stays true until
+// the lock is released.
+type recordKnown int8
+
+const (
+	recordUnknown recordKnown = iota
+	recordPresent
+	recordAbsent
+)
+
+func knownFrom(present bool) recordKnown {
+	if present {
+		return recordPresent
+	}
+	return recordAbsent
+}
+
 // lockClaim takes a claim's lock (locks.go); its file goes with the claim's
 // record.
-func (m *Manager) lockClaim(uid string) (func(), error) {
+func (m *Manager) lockClaim(uid string) (func(), error) { return m.lockClaimKnowing(uid, nil) }
+
+// lockClaimKnowing is lockClaim for a caller that tells, through *known,
+// whether the claim still has a record when it releases the lock; while
+// that is recordUnknown (or known is nil) the release reads the record.
+func (m *Manager) lockClaimKnowing(uid string, known *recordKnown) (func(), error) {
 	return m.locks.lockClaim(uid, func() bool {
+		if known != nil && *known != recordUnknown {
+			return *known == recordPresent
+		}
 		rec, err := m.cfg.Checkpoints.Get(uid)
 		return err != nil || rec != nil
 	})

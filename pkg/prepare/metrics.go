@@ -58,6 +58,7 @@ type Metrics struct {
 	ops                *prometheus.CounterVec
 	errors             *prometheus.CounterVec
 	checkpoint         *prometheus.HistogramVec
+	phase              *prometheus.HistogramVec
 }
 
 // NewMetrics registers the metrics of m in reg. Call before serving.
@@ -73,8 +74,9 @@ func NewMetrics(reg prometheus.Registerer, m *Manager) (*Metrics, error) {
 			Help: "Failed prepares and unprepares, by reason."}, []string{"operation", "reason"}),
 		checkpoint: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricCheckpointSeconds,
 			Help: "Time to write a checkpoint record, by durability (fsync or not).", Buckets: latencyBuckets}, []string{"durable"}),
+		phase: newPhaseHistogram(),
 	}
-	collectors := []prometheus.Collector{x.prepare, x.unprepare, x.ops, x.errors, x.checkpoint, newHeldCollector(m),
+	collectors := []prometheus.Collector{x.prepare, x.unprepare, x.ops, x.errors, x.checkpoint, x.phase, newHeldCollector(m),
 		newRecoveryCollector(m), newMPSCollector(m)}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {

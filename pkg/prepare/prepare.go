@@ -52,6 +52,7 @@ type planned struct {
 // Prepare prepares one claim and returns its devices for the kubelet.
 // Calling it again for a prepared claim returns the same result.
 func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	t := m.phases("prepare")
 	configs, err := claimconfig.Resolve(claim, m.cfg.DriverName, m.cfg.PoolName)
 	if err != nil {
 		return nil, err
@@ -59,14 +60,14 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	if len(configs) == 0 {
 		return []kubeletplugin.Device{}, nil
 	}
-	devs, err := m.prepare(ctx, claim, configs)
+	devs, err := m.prepare(ctx, claim, configs, t)
 	if err != nil {
 		return nil, fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
 	return devs, nil
 }
 
-func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim, configs []claimconfig.DeviceConfig) ([]kubeletplugin.Device, error) {
+func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim, configs []claimconfig.DeviceConfig, t *phaseTimer) ([]kubeletplugin.Device, error) {
 	logger := klog.FromContext(ctx)
 	ref := claim.Namespace + "/" + claim.Name
 	uid := string(claim.UID)
@@ -78,21 +79,34 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 	for i, p := range plan {
 		names[i] = p.record.Name
 	}
-	unlockClaim, err := m.lockClaim(uid)
+	t.done(PhasePlan)
+	// Whether the claim has a record when its lock is released, once known
+	// here (what this call read or wrote under the lock): the release then
+	// need not read the record again.
+	known := recordUnknown
+	unlockClaim, err := m.lockClaimKnowing(uid, &known)
 	if err != nil {
 		return nil, err
 	}
-	defer unlockClaim()
+	t.done(PhaseLockClaim)
 	unlock, err := m.locks.lock(lockNames(plannedRecords(plan)))
 	if err != nil {
+		unlockClaim()
 		return nil, err
 	}
-	defer unlock()
+	defer func() {
+		unlock()
+		unlockClaim()
+		t.done(PhaseUnlock)
+	}()
+	t.done(PhaseLockDevices)
 
 	rec, err := m.cfg.Checkpoints.Get(uid)
 	if err != nil {
 		return nil, tag(errCheckpoint, err)
 	}
+	t.done(PhaseCheckpointRead)
+	known = knownFrom(rec != nil)
 	if rec != nil && rec.State == checkpoint.PrepareCompleted {
 		if !sameDevices(rec, plan) {
 			return nil, fmt.Errorf("already prepared with devices %v, but now allocated %v; unprepare it first",
@@ -137,19 +151,26 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		}
 	}
 
+	t.done(PhaseConflicts)
+
 	rec = &checkpoint.ClaimRecord{UID: uid, Namespace: claim.Namespace, Name: claim.Name, State: checkpoint.PrepareStarted}
 	for _, p := range plan {
 		rec.Devices = append(rec.Devices, p.record)
 	}
+	// From here until PrepareCompleted is written, a failure rolls back and
+	// may or may not leave the record.
+	known = recordUnknown
 	// PrepareStarted only has to survive a crash of this process, not a power
 	// loss (which reboots the node and voids every record), so no fsync.
 	if err := m.putRecord(rec, false); err != nil {
 		return nil, fmt.Errorf("record PrepareStarted: %w", err)
 	}
+	t.done(PhaseRecordStarted)
 	if err := m.hold(rec); err != nil {
 		m.rollback(ctx, rec)
 		return nil, err
 	}
+	t.done(PhaseHolders)
 	after(phaseStarted)
 	// From here on the checkpoint says a prepare is under way: a crash is
 	// rolled back or completed by Recover; a failure is rolled back now.
@@ -160,16 +181,19 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 	for i := range plan {
 		plan[i].record = rec.Devices[i]
 	}
+	t.done(PhaseMIG)
 	// Sharing comes after MIG: it applies to the MIG device's UUID.
 	if err := m.applySharing(ctx, rec, plan); err != nil {
 		m.rollback(ctx, rec)
 		return nil, err
 	}
+	t.done(PhaseSharing)
 	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(plan, rec.MPS))
 	if err != nil {
 		m.rollback(ctx, rec)
 		return nil, tag(errCDI, err)
 	}
+	t.done(PhaseCDI)
 	after(phaseCDIWritten)
 	for i := range rec.Devices {
 		rec.Devices[i].CDIDeviceIDs = []string{ids[rec.Devices[i].Name]}
@@ -179,6 +203,8 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		m.rollback(ctx, rec)
 		return nil, fmt.Errorf("record PrepareCompleted: %w", err)
 	}
+	known = recordPresent
+	t.done(PhaseRecordCompleted)
 	after(phaseCompleted)
 	logger.V(3).Info("Prepared claim", "claim", ref, "devices", names)
 	return kubeletDevices(rec), nil

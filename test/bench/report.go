@@ -67,12 +67,13 @@ type metric struct {
 }
 
 // Reference figures measured on the development machine with the same
-// method (issue 7): dra-example-driver and NVIDIA's GPU plugin, as shipped
-// and with client-go's QPS limit lifted.
+// method: dra-example-driver (issue 14; see referenceSource) and NVIDIA's
+// GPU plugin (issue 7), as shipped and with client-go's QPS limit lifted.
+// Targets: issue 14.
 var metrics = []metric{
-	{group: "dra.sock", label: "1-GPU claim: prepare p50", bench: "BenchmarkDRASock/1-gpu-claim", name: "prepare-p50-ms", unit: "ms", reference: "example 198 / 4.2 lifted; NVIDIA 197 / 6.3 lifted"},
+	{group: "dra.sock", label: "1-GPU claim: prepare p50", bench: "BenchmarkDRASock/1-gpu-claim", name: "prepare-p50-ms", unit: "ms", reference: "example 198.6 / 3.95 lifted; NVIDIA 197 / 6.3 lifted"},
 	{group: "dra.sock", label: "1-GPU claim: prepare p90", bench: "BenchmarkDRASock/1-gpu-claim", name: "prepare-p90-ms", unit: "ms"},
-	{group: "dra.sock", label: "1-GPU claim: prepare p99", bench: "BenchmarkDRASock/1-gpu-claim", name: "prepare-p99-ms", unit: "ms", atMost: 3, reference: "example 206 / 9.0 lifted"},
+	{group: "dra.sock", label: "1-GPU claim: prepare p99", bench: "BenchmarkDRASock/1-gpu-claim", name: "prepare-p99-ms", unit: "ms", atMost: 5, reference: "example 200.8 / 6.7 lifted"},
 	{group: "dra.sock", label: "1-GPU claim: prepare max", bench: "BenchmarkDRASock/1-gpu-claim", name: "prepare-max-ms", unit: "ms"},
 	{group: "dra.sock", label: "1-GPU claim: unprepare p50", bench: "BenchmarkDRASock/1-gpu-claim", name: "unprepare-p50-ms", unit: "ms"},
 	{group: "dra.sock", label: "1-GPU claim: unprepare p99", bench: "BenchmarkDRASock/1-gpu-claim", name: "unprepare-p99-ms", unit: "ms"},
@@ -82,27 +83,28 @@ var metrics = []metric{
 	{group: "dra.sock", label: "8-GPU claim: prepare max", bench: "BenchmarkDRASock/8-gpu-claim", name: "prepare-max-ms", unit: "ms"},
 	{group: "dra.sock", label: "8-GPU claim: unprepare p50", bench: "BenchmarkDRASock/8-gpu-claim", name: "unprepare-p50-ms", unit: "ms"},
 	{group: "dra.sock", label: "8-GPU claim: unprepare p99", bench: "BenchmarkDRASock/8-gpu-claim", name: "unprepare-p99-ms", unit: "ms"},
-	{group: "dra.sock", label: "8 claims in one call: prepare p50", bench: "BenchmarkDRASock/8-claims-one-call", name: "prepare-p50-ms", unit: "ms", atMost: 10, reference: "example 1590 / 28 lifted; NVIDIA 1569 / 80"},
+	{group: "dra.sock", label: "8 claims in one call: prepare p50", bench: "BenchmarkDRASock/8-claims-one-call", name: "prepare-p50-ms", unit: "ms", atMost: 10, reference: "example 1592 / 25.3 lifted; NVIDIA 1569 / 80"},
 	{group: "dra.sock", label: "8 claims in one call: prepare p90", bench: "BenchmarkDRASock/8-claims-one-call", name: "prepare-p90-ms", unit: "ms"},
 	{group: "dra.sock", label: "8 claims in one call: prepare p99", bench: "BenchmarkDRASock/8-claims-one-call", name: "prepare-p99-ms", unit: "ms"},
 	{group: "dra.sock", label: "8 claims in one call: prepare max", bench: "BenchmarkDRASock/8-claims-one-call", name: "prepare-max-ms", unit: "ms"},
 	{group: "dra.sock", label: "8 claims in one call: unprepare p50", bench: "BenchmarkDRASock/8-claims-one-call", name: "unprepare-p50-ms", unit: "ms"},
 	{group: "dra.sock", label: "8 claims in one call: unprepare p99", bench: "BenchmarkDRASock/8-claims-one-call", name: "unprepare-p99-ms", unit: "ms"},
-	{group: "dra.sock", label: "8 parallel callers, 1-GPU claims", bench: "BenchmarkDRASock/8-parallel-callers", name: "cycles/s", unit: "cycles/s", atLeast: 600, reference: "example 5 / 193 lifted; NVIDIA 5 / 94"},
+	{group: "dra.sock", label: "8 parallel callers, 1-GPU claims", bench: "BenchmarkDRASock/8-parallel-callers", name: "cycles/s", unit: "cycles/s", atLeast: 600, reference: "example 5.0 / 323 lifted; NVIDIA 5 / 94"},
 	{group: "pods", label: "pod create → Running, no claim, p50", bench: "BenchmarkPodCreateToRunning/without-claim", name: "p50-ms", unit: "ms"},
 	{group: "pods", label: "pod create → Running, no claim, p99", bench: "BenchmarkPodCreateToRunning/without-claim", name: "p99-ms", unit: "ms"},
 	{group: "pods", label: "pod create → Running, 1-GPU claim, p50", bench: "BenchmarkPodCreateToRunning/with-claim", name: "p50-ms", unit: "ms"},
 	{group: "pods", label: "pod create → Running, 1-GPU claim, p99", bench: "BenchmarkPodCreateToRunning/with-claim", name: "p99-ms", unit: "ms"},
-	{group: "pods", label: "ratio with / without claim (p50)", unit: "×", atMost: 1.05, reference: "example 1.10; NVIDIA 1.14",
+	{group: "pods", label: "ratio with / without claim (p50)", unit: "×", atMost: 1.05, reference: "example 1.090; NVIDIA 1.14",
 		ratio: &[2][2]string{{"BenchmarkPodCreateToRunning/with-claim", "p50-ms"}, {"BenchmarkPodCreateToRunning/without-claim", "p50-ms"}}},
 	{group: "pods", label: "pod create → Running, claim created beforehand, p50", bench: "BenchmarkPodCreateToRunning/with-existing-claim", name: "p50-ms", unit: "ms"},
 	{group: "pods", label: "ratio claim created beforehand / without claim (p50): without the controller-manager's claim creation", unit: "×", atMost: 1.05,
 		ratio: &[2][2]string{{"BenchmarkPodCreateToRunning/with-existing-claim", "p50-ms"}, {"BenchmarkPodCreateToRunning/without-claim", "p50-ms"}}},
 	{group: "start-up", label: "plugin start → dra.sock served", bench: "BenchmarkPluginStartup", name: "start-to-socket-ms", unit: "ms"},
-	{group: "start-up", label: "plugin start → ResourceSlice visible (median)", bench: "BenchmarkPluginStartup", name: "start-to-slice-ms", unit: "ms", atMost: 500, reference: "example 1034; NVIDIA 1063"},
+	{group: "start-up", label: "plugin start → ResourceSlice visible (median)", bench: "BenchmarkPluginStartup", name: "start-to-slice-ms", unit: "ms", atMost: 500, reference: "example 1031 / 1045 lifted; NVIDIA 1063"},
 	{group: "start-up", label: "plugin start → ResourceSlice visible (max)", bench: "BenchmarkPluginStartup", name: "start-to-slice-max-ms", unit: "ms"},
-	{group: "memory", label: "plugin RSS, idle", bench: "BenchmarkDRASock/plugin-memory", name: "rss-idle-MiB", unit: "MiB", atMost: 40, reference: "example 44.6 MB; NVIDIA 75 MB"},
-	{group: "memory", label: "plugin RSS, idle, anonymous only (heap, stacks)", bench: "BenchmarkDRASock/plugin-memory", name: "rss-anon-idle-MiB", unit: "MiB"},
+	{group: "memory", label: "plugin RSS, idle", bench: "BenchmarkDRASock/plugin-memory", name: "rss-idle-MiB", unit: "MiB", atMost: 40, reference: "example 45.4 MB; NVIDIA 75 MB"},
+	{group: "memory", label: "plugin RSS, idle, anonymous only (heap, stacks; both Go runtimes: the plugin's and the simulated NVML's)", bench: "BenchmarkDRASock/plugin-memory", name: "rss-anon-idle-MiB", unit: "MiB"},
+	{group: "memory", label: "plugin PSS, idle, file-backed (binary and libraries)", bench: "BenchmarkDRASock/plugin-memory", name: "pss-file-idle-MiB", unit: "MiB"},
 	{group: "memory", label: "plugin RSS, peak (after the dra.sock load)", bench: "BenchmarkDRASock/plugin-memory", name: "rss-peak-MiB", unit: "MiB"},
 	{group: "memory", label: "controller RSS, idle", bench: "BenchmarkControllerMemory", name: "rss-idle-MiB", unit: "MiB"},
 	{group: "memory", label: "controller RSS, peak (after 200 webhook reviews)", bench: "BenchmarkControllerMemory", name: "rss-peak-MiB", unit: "MiB"},
@@ -168,9 +170,10 @@ func format(v float64) string {
 
 // Report is the whole report as written to report.json.
 type Report struct {
-	Machine map[string]string `json:"machine"`
-	Rows    []Row             `json:"rows"`
-	Raw     Results           `json:"raw"`
+	Machine    map[string]string `json:"machine"`
+	SideBySide []SideRow         `json:"sideBySide"`
+	Rows       []Row             `json:"rows"`
+	Raw        Results           `json:"raw"`
 }
 
 // WriteJSON writes r as indented JSON.
@@ -189,20 +192,21 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(&b, "- %s: %s\n", k, v)
 		}
 	}
+	if r.SideBySide != nil {
+		writeSideBySide(&b, r.SideBySide)
+	}
+	writeBreakdown(&b, r.Raw)
 	group := ""
 	for _, row := range r.Rows {
 		if row.Group != group {
 			group = row.Group
 			fmt.Fprintf(&b, "\n## %s\n\n| figure | value | target | met | reference drivers (shipped / QPS lifted) |\n|---|---|---|---|---|\n", group)
 		}
-		value, met := "not run", ""
+		value := "not run"
 		if row.Value != nil {
 			value = format(*row.Value) + " " + row.Unit
 		}
-		if row.Met != nil {
-			met = map[bool]string{true: "yes", false: "**no**"}[*row.Met]
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row.Label, value, row.Target, met, row.Reference)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row.Label, value, row.Target, metString(row.Met), row.Reference)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

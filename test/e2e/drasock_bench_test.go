@@ -41,7 +41,10 @@ func BenchmarkDRASock(b *testing.B) {
 	const node = "gpu-bench"
 	ns := benchNamespace(b)
 	fakeNode(b, node)
-	plugin := startBenchPlugin(b, node)
+	// Memory is read with the binary and the NVML library read from disk,
+	// as after a node's start: what a freshly written file has in the page
+	// cache (large folios) would be mapped whole and counted in its RSS.
+	plugin := startBenchPlugin(b, node, true)
 	conn, err := grpc.NewClient("unix://"+plugin.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
@@ -59,10 +62,14 @@ func BenchmarkDRASock(b *testing.B) {
 	time.Sleep(2 * time.Second) // let start-up work settle before reading idle memory
 	pid := plugin.cmd.Process.Pid
 	idle, idleAnon := procMiB(b, pid, "VmRSS"), procMiB(b, pid, "RssAnon")
+	idleMem := smapsRollup(b, pid)
+	churn := fileChurnMicros(b, plugin.dataDir, 200)
+	probe := newBenchProbe(b, plugin)
 
 	run := func(name string, claims ...*drapb.Claim) {
 		b.Run(name, func(b *testing.B) {
 			var prep, unprep []time.Duration
+			before := probe.take(b)
 			for i := 0; i < b.N; i++ {
 				p, u, err := cycle(dra, claims...)
 				if err != nil {
@@ -70,6 +77,7 @@ func BenchmarkDRASock(b *testing.B) {
 				}
 				prep, unprep = append(prep, p), append(unprep, u)
 			}
+			probe.report(b, before, probe.take(b), b.N, b.N*len(claims))
 			report(b, "prepare", prep)
 			report(b, "unprepare", unprep)
 		})
@@ -79,6 +87,7 @@ func BenchmarkDRASock(b *testing.B) {
 	run("8-claims-one-call", single...)
 	b.Run("8-parallel-callers", func(b *testing.B) {
 		per := max(1, b.N/8)
+		before := probe.take(b)
 		start := time.Now()
 		var wg sync.WaitGroup
 		errs := make([]error, 8)
@@ -94,6 +103,7 @@ func BenchmarkDRASock(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(per*8)/time.Since(start).Seconds(), "cycles/s")
+		probe.report(b, before, probe.take(b), per*8, per*8)
 	})
 	b.Run("plugin-memory", func(b *testing.B) {
 		b.ReportMetric(idle, "rss-idle-MiB")
@@ -101,6 +111,13 @@ func BenchmarkDRASock(b *testing.B) {
 		// mapped pages (file-backed, shared, reclaimable).
 		b.ReportMetric(idleAnon, "rss-anon-idle-MiB")
 		b.ReportMetric(procMiB(b, pid, "VmHWM"), "rss-peak-MiB")
+		// The same idle memory split by kind (/proc/<pid>/smaps_rollup):
+		// proportional (pages shared with other processes counted by share),
+		// and file-backed (the binary's and libraries' pages).
+		b.ReportMetric(idleMem["Pss"], "pss-idle-MiB")
+		b.ReportMetric(idleMem["Pss_File"], "pss-file-idle-MiB")
+		b.ReportMetric(idleMem["Pss_Anon"], "pss-anon-idle-MiB")
+		b.ReportMetric(churn, "fs-create-remove-µs")
 	})
 }
 
@@ -136,9 +153,12 @@ type benchPlugin struct {
 	node    string
 	socket  string
 	log     string
-	started time.Time // just before exec
-	served  time.Time // dra.sock seen
-	stopped bool
+	dataDir string // checkpoint, locks, socket
+	// metricsURL is its /metrics (--metrics-address, on as the chart has it).
+	metricsURL string
+	started    time.Time // just before exec
+	served     time.Time // dra.sock seen
+	stopped    bool
 }
 
 // benchGPUArgs gives the bench plugin its simulated DGX H100: a fake driver
@@ -161,22 +181,43 @@ func benchGPUArgs(b *testing.B, dir, node string) []string {
 // startBenchPlugin runs a gpu-kubelet-plugin process for pool node with the
 // admin kubeconfig (simulated dgx-h100 on a fake driver root, shipped defaults) and waits until it
 // serves dra.sock. A Node object of that name makes the slice publishable.
-func startBenchPlugin(b *testing.B, node string) *benchPlugin {
+//
+// GPUDRA_BENCH_DIR=<dir> puts its directories (CDI specs, checkpoint, locks)
+// under dir instead of the test's temporary directory, e.g. on another
+// filesystem to see what the file system costs.
+//
+// coldFiles drops the binary's and the NVML library's pages from the page
+// cache first (see dropPageCache).
+func startBenchPlugin(b *testing.B, node string, coldFiles bool) *benchPlugin {
 	dir := b.TempDir()
+	if base := os.Getenv("GPUDRA_BENCH_DIR"); base != "" {
+		var err error
+		if dir, err = os.MkdirTemp(base, "bench-plugin-"); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	}
 	registry := filepath.Join(dir, "registry")
 	if err := os.MkdirAll(registry, 0o750); err != nil {
 		b.Fatal(err)
 	}
+	port := freeLocalPort(b)
 	p := &benchPlugin{node: node, log: filepath.Join(dir, "plugin.log"),
-		socket: filepath.Join(dir, "plugins", driver, "dra.sock")}
+		socket: filepath.Join(dir, "plugins", driver, "dra.sock"), dataDir: filepath.Join(dir, "plugins", driver),
+		metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
 	bin := filepath.Join(repoRoot, "_output", "bin", "gpu-kubelet-plugin")
 	if b := os.Getenv("GPUDRA_PLUGIN_BIN"); b != "" { // e.g. another version, for an A/B comparison
 		bin = b
 	}
-	p.cmd = exec.Command(bin, append(benchGPUArgs(b, dir, node),
+	gpuArgs := benchGPUArgs(b, dir, node)
+	if coldFiles {
+		libs, _ := filepath.Glob(filepath.Join(dir, "driver-root", "usr", "lib", "*", "libnvidia-ml.so.*.*"))
+		dropPageCache(b, append(libs, bin)...)
+	}
+	p.cmd = exec.Command(bin, append(gpuArgs,
 		"--node-name", node, "--kubeconfig", kubeconfig,
 		"--cdi-root", filepath.Join(dir, "cdi"), "--kubelet-plugins-directory", filepath.Join(dir, "plugins"),
-		"--kubelet-registrar-directory", registry)...)
+		"--kubelet-registrar-directory", registry, "--metrics-address", fmt.Sprintf("127.0.0.1:%d", port))...)
 	logFile, err := os.Create(p.log)
 	if err != nil {
 		b.Fatal(err)
@@ -229,6 +270,26 @@ func procMiB(b *testing.B, pid int, field string) float64 {
 	}
 	b.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
+}
+
+// smapsRollup reads /proc/<pid>/smaps_rollup in MiB by field (Rss, Pss,
+// Pss_Anon, Pss_File, ...).
+func smapsRollup(b *testing.B, pid int) map[string]float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasSuffix(rest, " kB") {
+			continue
+		}
+		if kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(rest, " kB")), 64); err == nil {
+			out[name] = kb / 1024
+		}
+	}
+	return out
 }
 
 // fakeNode creates a Node object without a kubelet (the owner of a benchmark

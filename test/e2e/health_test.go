@@ -193,6 +193,9 @@ func TestPluginMetrics(t *testing.T) {
 	for _, want := range []string{
 		`gpudra_plugin_prepare_duration_seconds_count{result="success"}`,
 		`gpudra_plugin_unprepare_duration_seconds_count{result="success"}`,
+		`gpudra_plugin_phase_duration_seconds_count{operation="prepare",phase="record_completed"}`,
+		`gpudra_plugin_call_duration_seconds_count{method="NodePrepareResources"}`,
+		`gpudra_plugin_claim_read_duration_seconds_count`,
 	} {
 		if v := metricIn(body, want); v < 1 {
 			t.Errorf("%s = %v, want >= 1", want, v)

@@ -42,7 +42,7 @@ func BenchmarkPluginStartup(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p := startBenchPlugin(b, node)
+		p := startBenchPlugin(b, node, false)
 		seen := waitSliceAdded(b, w, p)
 		toSocket = append(toSocket, p.served.Sub(p.started))
 		toSlice = append(toSlice, seen.Sub(p.started))

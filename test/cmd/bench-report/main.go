@@ -42,7 +42,7 @@ func run(out string, machine, inputs []string) error {
 			return fmt.Errorf("%s: %w", in, err)
 		}
 	}
-	r := bench.Report{Machine: map[string]string{}, Rows: bench.Build(res), Raw: res}
+	r := bench.Report{Machine: map[string]string{}, SideBySide: bench.BuildSideBySide(res), Rows: bench.Build(res), Raw: res}
 	for _, kv := range machine {
 		k, v, _ := strings.Cut(kv, "=")
 		r.Machine[k] = v
