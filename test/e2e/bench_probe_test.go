@@ -204,7 +204,7 @@ func scrapeFamilies(b *testing.B, url string) map[string]*dto.MetricFamily {
 	if err != nil {
 		b.Fatalf("scrape %s: %v", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		b.Fatalf("scrape %s: %v", url, err)
@@ -296,6 +296,6 @@ func freeLocalPort(b *testing.B) int {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
 }
