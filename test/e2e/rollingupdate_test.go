@@ -40,11 +40,11 @@ func TestMPSAcrossHelmUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A value that changes the pod template and nothing else: the plugin's
-	// log verbosity; the next test run's upgrade sets it back.
-	verbosity := fmt.Sprintf("kubeletPlugin.logVerbosity=%d", 4+time.Now().Unix()%2)
+	// A value that changes the pod template and nothing else: a pod
+	// annotation that is new on every run.
+	rollout := fmt.Sprintf("kubeletPlugin.podAnnotations.e2e\\.gpudra\\.io/rollout=r%d", time.Now().UnixNano())
 	start := time.Now()
-	if err := realCluster.InstallDriver(context.Background(), verbosity); err != nil {
+	if err := realCluster.InstallDriver(context.Background(), rollout); err != nil {
 		t.Fatalf("helm upgrade: %v", err)
 	}
 	newPod, err := realCluster.PluginPod(context.Background(), node)
