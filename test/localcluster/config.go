@@ -1,10 +1,14 @@
 package localcluster
 
 import (
+	"net/http"
+	"sync"
+
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"k8s.io/client-go/kubernetes"
 	"net"
 	"os"
 	"path/filepath"
@@ -168,6 +172,13 @@ type Cluster struct {
 	cfg    Config
 	out    io.Writer
 	start0 time.Time
+
+	// The clients of the API server and of the components' health
+	// endpoints, made on first use (the PKI must exist) and kept: the
+	// readiness waits poll them several times a second.
+	mu         sync.Mutex
+	client     kubernetes.Interface
+	httpClient map[bool]*http.Client // by insecure
 }
 
 // New returns the cluster of cfg; progress goes to out.

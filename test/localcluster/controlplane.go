@@ -118,25 +118,43 @@ conntrack:
 	return err
 }
 
-// httpGet fetches url with the admin's client certificate, trusting the
-// cluster CA (insecure for the components' self-signed serving certs).
-func (c *Cluster) httpGet(ctx context.Context, url string, insecure bool) (string, error) {
+// healthClient is the HTTP client of the health endpoints, made once per
+// kind: with the admin's client certificate, trusting the cluster CA, or
+// insecure for the components' self-signed serving certificates.
+func (c *Cluster) healthClient(insecure bool) (*http.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hc := c.httpClient[insecure]; hc != nil {
+		return hc, nil
+	}
 	tlsCfg := &tls.Config{InsecureSkipVerify: insecure} //nolint:gosec // the components' self-signed health endpoints
 	if !insecure {
 		ca, err := os.ReadFile(c.pkiFile("ca.crt"))
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(ca)
 		tlsCfg.RootCAs = pool
 		cert, err := tls.LoadX509KeyPair(c.pkiFile("admin.crt"), c.pkiFile("admin.key"))
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		tlsCfg.Certificates = []tls.Certificate{cert}
 	}
-	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	if c.httpClient == nil {
+		c.httpClient = map[bool]*http.Client{}
+	}
+	c.httpClient[insecure] = &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	return c.httpClient[insecure], nil
+}
+
+// httpGet fetches url through healthClient and returns the body of a 200.
+func (c *Cluster) httpGet(ctx context.Context, url string, insecure bool) (string, error) {
+	client, err := c.healthClient(insecure)
+	if err != nil {
+		return "", err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", err

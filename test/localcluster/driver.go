@@ -18,28 +18,35 @@ import (
 
 	v1alpha1 "github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/pkg/deviceclass"
+	"github.com/gpudra/gpudra/test/images"
 )
 
-// Client is a clientset with the admin's credentials.
+// Client is a clientset with the admin's credentials, made once.
 func (c *Cluster) Client() (kubernetes.Interface, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.client != nil {
+		return c.client, nil
+	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig())
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", c.AdminKubeconfig(), err)
 	}
 	cfg.QPS, cfg.Burst = 100, 200
-	return kubernetes.NewForConfig(cfg)
+	if c.client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	return c.client, nil
 }
 
-func (c *Cluster) chartDir() string {
-	return filepath.Join(c.cfg.RepoRoot, "deployments", "helm", "gpudra")
-}
+func (c *Cluster) chartDir() string { return filepath.Join(c.cfg.RepoRoot, images.DefaultChartDir) }
 
 // HelmArgs is the helm command line (without the binary) that installs or
 // upgrades the driver with the cluster's values plus extra --set values.
 func (c *Cluster) HelmArgs(extra ...string) []string {
 	args := []string{"upgrade", "--install", c.cfg.Release, c.chartDir(),
 		"--kubeconfig", c.AdminKubeconfig(), "--namespace", c.cfg.Namespace, "--create-namespace",
-		"--values", filepath.Join(c.chartDir(), "values-simulated.yaml")}
+		"--values", filepath.Join(c.chartDir(), images.SimulatedValues)}
 	for _, v := range append(append([]string{}, c.cfg.Values...), extra...) {
 		args = append(args, "--set", v)
 	}

@@ -72,8 +72,9 @@ func (n NodeLayout) HostPath(nodePath string) string {
 	return filepath.Join(n.Dir, "fs", filepath.FromSlash(nodePath))
 }
 
-// Paths inside a node (its mount namespace). The chart's defaults and
-// values-simulated.yaml name the same paths; chartValues checks that.
+// Paths inside a node (its mount namespace). The chart's defaults
+// (cdiRoot, kubeletRoot) and values-simulated.yaml (nvidiaDriverRoot) name
+// the same paths; TestNodePathsAreTheChartValues checks that.
 const (
 	ContainerdSocket = "/run/containerd/containerd.sock"
 	CNIConfDir       = "/etc/cni/net.d"
@@ -86,7 +87,7 @@ const (
 // (under <node>/fs), so that every node looks like a standard host: the
 // kubelet hard-codes some of them, the chart's hostPath volumes name others.
 var nodeBinds = []string{
-	"/var/lib/kubelet",
+	KubeletRoot,
 	"/var/log/pods",
 	"/var/log/containers",
 	"/var/lib/containerd",

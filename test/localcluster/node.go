@@ -47,17 +47,22 @@ func (c *Cluster) prepareNode(ctx context.Context, spec NodeSpec) error {
 	if err := c.createMountNamespace(ctx, n); err != nil {
 		return fmt.Errorf("node %s: mount namespace: %w", spec.Name, err)
 	}
-	binds := map[string]string{SimDriverRoot: n.DriverRoot()}
-	for _, p := range nodeBinds {
-		binds[p] = n.HostPath(p)
-	}
-	for target, source := range binds {
+	bind := func(source, target string) error {
 		if err := c.ensureHostDir(target); err != nil {
 			return err
 		}
 		if _, err := run(ctx, c.nsenter(spec.Name, "mount", "--bind", source, target)...); err != nil {
 			return fmt.Errorf("node %s: %w", spec.Name, err)
 		}
+		return nil
+	}
+	for _, p := range nodeBinds {
+		if err := bind(n.HostPath(p), p); err != nil {
+			return err
+		}
+	}
+	if err := bind(n.DriverRoot(), SimDriverRoot); err != nil {
+		return err
 	}
 	return c.makeCgroups(spec.Name)
 }

@@ -52,6 +52,9 @@ func (c *Cluster) identities() []identity {
 
 // makePKI writes pki/ and kubeconfig/.
 func (c *Cluster) makePKI() error {
+	c.mu.Lock()
+	c.client, c.httpClient = nil, nil // they trust and present the old PKI
+	c.mu.Unlock()
 	p := &pki{dir: c.PKIDir(), now: time.Now()}
 	for _, d := range []string{c.PKIDir(), c.KubeconfigDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {

@@ -59,16 +59,11 @@ func (c *Cluster) pid(name string) int {
 
 // ours tells whether pid is alive and its command line names the cluster dir.
 func (c *Cluster) ours(pid int) bool {
-	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-	if err != nil {
+	if !alive(pid) {
 		return false
 	}
-	if st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat")); err == nil {
-		if i := bytes.LastIndexByte(st, ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
-			return false
-		}
-	}
-	return bytes.Contains(cmdline, []byte(c.Dir))
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	return err == nil && bytes.Contains(cmdline, []byte(c.Dir))
 }
 
 // stop sends SIGTERM, then SIGKILL after the stop timeout.
