@@ -17,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/gpudra/gpudra/test/visiblegpus"
 )
 
 const driver = "gpu.gpudra.io"
@@ -154,7 +156,7 @@ func realContainerGPUs(out string) []seenGPU {
 		if m := gpuLine.FindStringSubmatch(line); m != nil {
 			parentHasMIG = false
 			product := m[1]
-			if product == "unknown product" {
+			if product == visiblegpus.UnknownProduct {
 				product = ""
 			}
 			gpus = append(gpus, seenGPU{Product: product, UUID: m[2]})
