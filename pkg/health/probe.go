@@ -120,16 +120,17 @@ func (m *Monitor) recoveryAction(d nvml.Device) (nvml.DeviceGpuRecoveryAction, b
 	if ret != nvml.SUCCESS || nvml.Return(values[0].NvmlReturn) != nvml.SUCCESS {
 		return 0, false
 	}
-	v, ok := fieldValue(values[0])
+	v, ok := FieldUint(values[0])
 	if !ok || v > math.MaxInt32 {
 		return 0, false
 	}
 	return nvml.DeviceGpuRecoveryAction(v), true
 }
 
-// fieldValue decodes an integer NVML field value (little-endian, as the
-// C union is laid out on the platforms NVML supports).
-func fieldValue(v nvml.FieldValue) (uint64, bool) {
+// FieldUint decodes an integer NVML field value (little-endian, as the
+// C union is laid out on the platforms NVML supports); false for a value
+// type that is not an integer.
+func FieldUint(v nvml.FieldValue) (uint64, bool) {
 	switch nvml.ValueType(v.ValueType) {
 	case nvml.VALUE_TYPE_UNSIGNED_INT, nvml.VALUE_TYPE_SIGNED_INT:
 		return uint64(binary.LittleEndian.Uint32(v.Value[:4])), true
@@ -142,6 +143,7 @@ func fieldValue(v nvml.FieldValue) (uint64, bool) {
 }
 
 var recoveryNames = map[nvml.DeviceGpuRecoveryAction]string{
+	nvml.GPU_RECOVERY_ACTION_NONE:                "none",
 	nvml.GPU_RECOVERY_ACTION_GPU_RESET:           "gpu-reset",
 	nvml.GPU_RECOVERY_ACTION_NODE_REBOOT:         "node-reboot",
 	nvml.GPU_RECOVERY_ACTION_DRAIN_P2P:           "drain-p2p",
@@ -151,13 +153,20 @@ var recoveryNames = map[nvml.DeviceGpuRecoveryAction]string{
 	nvml.GPU_RECOVERY_ACTION_SYSTEM_REBOOT:       "system-reboot",
 }
 
+// RecoveryActionName names a driver recovery action the way the recovery
+// taint's value does ("gpu-reset", "drain-p2p", ...; "action-<n>" for one
+// this version does not know).
+func RecoveryActionName(a nvml.DeviceGpuRecoveryAction) string {
+	if name, ok := recoveryNames[a]; ok {
+		return name
+	}
+	return fmt.Sprintf("action-%d", a)
+}
+
 // recoveryCondition: draining peer-to-peer traffic keeps running work
 // (NoSchedule); every other action interrupts it (NoExecute).
 func recoveryCondition(a nvml.DeviceGpuRecoveryAction, now time.Time) Condition {
-	name, ok := recoveryNames[a]
-	if !ok {
-		name = fmt.Sprintf("action-%d", a)
-	}
+	name := RecoveryActionName(a)
 	effect := resourceapi.DeviceTaintEffectNoExecute
 	if a == nvml.GPU_RECOVERY_ACTION_DRAIN_P2P {
 		effect = resourceapi.DeviceTaintEffectNoSchedule

@@ -1,7 +1,6 @@
 package gpuverify
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -27,17 +26,6 @@ type Probe struct {
 	// UncorrectedECC is the volatile uncorrectable ECC count; nil when the
 	// GPU has no ECC (or it is off).
 	UncorrectedECC *uint64 `json:"uncorrectedECC,omitempty"`
-}
-
-var recoveryActions = map[nvml.DeviceGpuRecoveryAction]string{
-	nvml.GPU_RECOVERY_ACTION_NONE:                "none",
-	nvml.GPU_RECOVERY_ACTION_GPU_RESET:           "gpu-reset",
-	nvml.GPU_RECOVERY_ACTION_NODE_REBOOT:         "node-reboot",
-	nvml.GPU_RECOVERY_ACTION_DRAIN_P2P:           "drain-p2p",
-	nvml.GPU_RECOVERY_ACTION_DRAIN_AND_RESET:     "drain-and-reset",
-	nvml.GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN: "recover-imex-domain",
-	nvml.GPU_RECOVERY_ACTION_BUS_RESET:           "bus-reset",
-	nvml.GPU_RECOVERY_ACTION_SYSTEM_REBOOT:       "system-reboot",
 }
 
 // probeAll probes every GPU and records a check per GPU: it answers and
@@ -72,28 +60,15 @@ func probe(g health.GPU) Probe {
 	}
 	values := []nvml.FieldValue{{FieldId: nvml.FI_DEV_GET_GPU_RECOVERY_ACTION}}
 	if ret := g.Device.GetFieldValues(values); ret == nvml.SUCCESS && nvml.Return(values[0].NvmlReturn) == nvml.SUCCESS {
-		v := fieldUint(values[0])
-		name, ok := recoveryActions[nvml.DeviceGpuRecoveryAction(v)]
-		if !ok {
-			name = fmt.Sprintf("unknown-%d", v)
+		if v, ok := health.FieldUint(values[0]); ok {
+			// The name the plugin's recovery taint would carry.
+			p.RecoveryAction = health.RecoveryActionName(nvml.DeviceGpuRecoveryAction(v))
 		}
-		p.RecoveryAction = name
 	}
 	if ecc, ret := g.Device.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {
 		p.UncorrectedECC = &ecc
 	}
 	return p
-}
-
-// fieldUint decodes an unsigned NVML field value (the C union, little-endian).
-func fieldUint(v nvml.FieldValue) uint64 {
-	switch nvml.ValueType(v.ValueType) {
-	case nvml.VALUE_TYPE_UNSIGNED_INT, nvml.VALUE_TYPE_SIGNED_INT:
-		return uint64(binary.LittleEndian.Uint32(v.Value[:4]))
-	case nvml.VALUE_TYPE_UNSIGNED_SHORT:
-		return uint64(binary.LittleEndian.Uint16(v.Value[:2]))
-	}
-	return binary.LittleEndian.Uint64(v.Value[:])
 }
 
 func (p Probe) describe() string {
