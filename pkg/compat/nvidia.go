@@ -1,0 +1,318 @@
+package compat
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
+)
+
+// The opaque configuration API of NVIDIA's DRA driver that the NVIDIA mode
+// reads. The types below describe its JSON schema (field names and types);
+// decoding is strict: unknown, misspelt or duplicate fields are errors.
+const (
+	NVIDIAAPIVersion     = "resource.nvidia.com/v1beta1"
+	GpuConfigKind        = "GpuConfig"
+	MigDeviceConfigKind  = "MigDeviceConfig"
+	nvidiaTimeSlicing    = "TimeSlicing"
+	nvidiaMPS            = "MPS"
+	maxPinnedDeviceIndex = v1alpha1.MaxMPSDeviceOrdinal
+)
+
+// unsupportedKinds are kinds of NVIDIA's API that gpudra does not implement,
+// with what to do instead.
+var unsupportedKinds = map[string]string{
+	"VfioDeviceConfig": "GPU passthrough to virtual machines (VFIO) is not supported by gpudra; " +
+		"run such workloads with NVIDIA's driver",
+	"ComputeDomainChannelConfig": "ComputeDomains (multi-node NVLink, IMEX channels) are not supported by gpudra",
+	"ComputeDomainDaemonConfig":  "ComputeDomains (multi-node NVLink, IMEX daemons) are not supported by gpudra",
+}
+
+type nvTypeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+type nvGpuConfig struct {
+	nvTypeMeta `json:",inline"`
+	Sharing    *nvGpuSharing `json:"sharing,omitempty"`
+}
+
+type nvMigDeviceConfig struct {
+	nvTypeMeta `json:",inline"`
+	Sharing    *nvMigSharing `json:"sharing,omitempty"`
+}
+
+type nvGpuSharing struct {
+	Strategy          string         `json:"strategy"`
+	TimeSlicingConfig *nvTimeSlicing `json:"timeSlicingConfig,omitempty"`
+	MpsConfig         *nvMps         `json:"mpsConfig,omitempty"`
+}
+
+type nvMigSharing struct {
+	Strategy  string `json:"strategy"`
+	MpsConfig *nvMps `json:"mpsConfig,omitempty"`
+}
+
+type nvTimeSlicing struct {
+	Interval *string `json:"interval,omitempty"`
+}
+
+type nvMps struct {
+	DefaultActiveThreadPercentage     *int                         `json:"defaultActiveThreadPercentage,omitempty"`
+	DefaultPinnedDeviceMemoryLimit    *resource.Quantity           `json:"defaultPinnedDeviceMemoryLimit,omitempty"`
+	DefaultPerDevicePinnedMemoryLimit map[string]resource.Quantity `json:"defaultPerDevicePinnedMemoryLimit,omitempty"`
+}
+
+// DeviceKind restricts which allocated devices a configuration applies to.
+type DeviceKind string
+
+const (
+	// AnyDevice: gpudra's GpuClaimParameters apply to GPUs and MIG devices.
+	AnyDevice DeviceKind = ""
+	// WholeGPU: NVIDIA's GpuConfig applies to whole GPUs only.
+	WholeGPU DeviceKind = "gpu"
+	// MIGDevice: NVIDIA's MigDeviceConfig applies to MIG devices only.
+	MIGDevice DeviceKind = "mig"
+)
+
+// Config is one decoded opaque configuration.
+type Config struct {
+	// Kind is the configuration's kind, e.g. GpuConfig.
+	Kind string
+	// For names the devices the configuration may apply to. NVIDIA's rule:
+	// a configuration without requests skips devices of the other kind; one
+	// that names a request fails on a device of the other kind.
+	For DeviceKind
+	// Params are the equivalent, defaulted and valid GpuClaimParameters.
+	Params *v1alpha1.GpuClaimParameters
+}
+
+// ConfigError is the error for an NVIDIA-format configuration that cannot be
+// used; gpudra's own GpuClaimParameters fail with *v1alpha1.DecodeError.
+type ConfigError struct {
+	// Kind is the configuration's kind when it could be read.
+	Kind string
+	Errs field.ErrorList
+	Err  error
+}
+
+func (e *ConfigError) Error() string {
+	what := "opaque configuration"
+	if e.Kind != "" {
+		what = NVIDIAAPIVersion + " " + e.Kind
+	}
+	if e.Err != nil {
+		return "invalid " + what + ": " + e.Err.Error()
+	}
+	return "invalid " + what + ": " + e.Errs.ToAggregate().Error()
+}
+
+func (e *ConfigError) Unwrap() error {
+	if e.Err != nil {
+		return e.Err
+	}
+	return e.Errs.ToAggregate()
+}
+
+// Decode reads one opaque configuration for the driver. Natively that is
+// gpudra's GpuClaimParameters (v1alpha1.Decode, unchanged). In the NVIDIA
+// mode it is NVIDIA's GpuConfig or MigDeviceConfig, or gpudra's
+// GpuClaimParameters.
+func (n Names) Decode(raw []byte) (*Config, error) {
+	if n.Mode != NVIDIA {
+		p, err := v1alpha1.Decode(raw)
+		if err != nil {
+			return nil, err
+		}
+		return &Config{Kind: v1alpha1.Kind, Params: p}, nil
+	}
+	if len(raw) > v1alpha1.MaxParametersSize {
+		return nil, &ConfigError{Err: fmt.Errorf("parameters are %d bytes, more than the %d bytes allowed", len(raw), v1alpha1.MaxParametersSize)}
+	}
+	data := bytes.TrimSpace(raw)
+	if len(data) == 0 || data[0] != '{' || !json.Valid(data) {
+		converted, err := yaml.YAMLToJSONStrict(raw)
+		if err != nil {
+			return nil, &ConfigError{Err: fmt.Errorf("cannot parse parameters as JSON or YAML: %w", err)}
+		}
+		data = bytes.TrimSpace(converted)
+	}
+	var tm nvTypeMeta
+	if len(data) == 0 || data[0] != '{' || json.Unmarshal(data, &tm) != nil {
+		return nil, &ConfigError{Err: fmt.Errorf("parameters must be an object with apiVersion %q and kind %q or %q",
+			NVIDIAAPIVersion, GpuConfigKind, MigDeviceConfigKind)}
+	}
+	switch {
+	case tm.APIVersion == v1alpha1.APIVersion:
+		p, err := v1alpha1.Decode(raw)
+		if err != nil {
+			return nil, err
+		}
+		return &Config{Kind: v1alpha1.Kind, Params: p}, nil
+	case tm.APIVersion != NVIDIAAPIVersion:
+		return nil, &ConfigError{Errs: field.ErrorList{field.NotSupported(field.NewPath("apiVersion"), tm.APIVersion,
+			[]string{NVIDIAAPIVersion, v1alpha1.APIVersion})}}
+	}
+	switch tm.Kind {
+	case GpuConfigKind:
+		var c nvGpuConfig
+		if err := strict(data, &c); err != nil {
+			return nil, &ConfigError{Kind: tm.Kind, Err: err}
+		}
+		p, errs := c.Sharing.convert(field.NewPath("sharing"))
+		if len(errs) > 0 {
+			return nil, &ConfigError{Kind: tm.Kind, Errs: errs}
+		}
+		return &Config{Kind: tm.Kind, For: WholeGPU, Params: p}, nil
+	case MigDeviceConfigKind:
+		var c nvMigDeviceConfig
+		if err := strict(data, &c); err != nil {
+			return nil, &ConfigError{Kind: tm.Kind, Err: err}
+		}
+		var s *nvGpuSharing
+		if c.Sharing != nil {
+			s = &nvGpuSharing{Strategy: c.Sharing.Strategy, MpsConfig: c.Sharing.MpsConfig}
+		}
+		p, errs := s.convert(field.NewPath("sharing"))
+		if len(errs) > 0 {
+			return nil, &ConfigError{Kind: tm.Kind, Errs: errs}
+		}
+		return &Config{Kind: tm.Kind, For: MIGDevice, Params: p}, nil
+	}
+	if why, ok := unsupportedKinds[tm.Kind]; ok {
+		return nil, &ConfigError{Kind: tm.Kind, Err: fmt.Errorf("kind %s is not supported: %s", tm.Kind, why)}
+	}
+	return nil, &ConfigError{Errs: field.ErrorList{field.NotSupported(field.NewPath("kind"), tm.Kind,
+		[]string{GpuConfigKind, MigDeviceConfigKind})}}
+}
+
+// strict decodes case-sensitively and rejects unknown and duplicate fields.
+func strict(data []byte, into any) error {
+	strictErrs, err := sigsjson.UnmarshalStrict(data, into)
+	if err != nil {
+		return err
+	}
+	if len(strictErrs) > 0 {
+		msgs := make([]string, len(strictErrs))
+		for i, e := range strictErrs {
+			msgs[i] = e.Error()
+		}
+		return fmt.Errorf("%s (field names are case-sensitive; see NVIDIA's %s API)", strings.Join(msgs, "; "), NVIDIAAPIVersion)
+	}
+	return nil
+}
+
+var uuidKey = regexp.MustCompile(`^(GPU|MIG)-`)
+
+// convert maps NVIDIA's sharing settings onto GpuClaimParameters: no sharing
+// is exclusive use (NVIDIA's default with its TimeSlicingSettings gate off),
+// TimeSlicing without an interval is the Default interval, MPS without
+// settings uses MPS's defaults.
+func (s *nvGpuSharing) convert(path *field.Path) (*v1alpha1.GpuClaimParameters, field.ErrorList) {
+	p := &v1alpha1.GpuClaimParameters{}
+	if s != nil {
+		var errs field.ErrorList
+		p.Sharing, errs = s.sharing(path)
+		if len(errs) > 0 {
+			return nil, errs
+		}
+	}
+	v1alpha1.SetDefaults(p)
+	p.APIVersion, p.Kind = v1alpha1.APIVersion, v1alpha1.Kind
+	if errs := v1alpha1.Validate(p); len(errs) > 0 {
+		// The checks above cover every field; this is a safety net.
+		return nil, errs
+	}
+	return p, nil
+}
+
+func (s *nvGpuSharing) sharing(path *field.Path) (*v1alpha1.GpuSharing, field.ErrorList) {
+	var errs field.ErrorList
+	out := &v1alpha1.GpuSharing{}
+	switch s.Strategy {
+	case nvidiaTimeSlicing:
+		out.Strategy = v1alpha1.TimeSlicingStrategy
+		out.TimeSlicing = &v1alpha1.TimeSlicingConfig{Interval: v1alpha1.DefaultTimeSlice}
+		if s.MpsConfig != nil {
+			errs = append(errs, field.Forbidden(path.Child("mpsConfig"), "may only be set with strategy MPS"))
+		}
+		if s.TimeSlicingConfig != nil && s.TimeSlicingConfig.Interval != nil {
+			iv := v1alpha1.TimeSliceInterval(*s.TimeSlicingConfig.Interval)
+			if iv.Int() < 0 {
+				errs = append(errs, field.NotSupported(path.Child("timeSlicingConfig", "interval"), *s.TimeSlicingConfig.Interval,
+					v1alpha1.SupportedIntervals))
+			}
+			out.TimeSlicing.Interval = iv
+		}
+	case nvidiaMPS:
+		out.Strategy = v1alpha1.MPSStrategy
+		if s.TimeSlicingConfig != nil {
+			errs = append(errs, field.Forbidden(path.Child("timeSlicingConfig"), "may only be set with strategy TimeSlicing"))
+		}
+		var mpsErrs field.ErrorList
+		out.MPS, mpsErrs = s.MpsConfig.convert(path.Child("mpsConfig"))
+		errs = append(errs, mpsErrs...)
+	case "":
+		errs = append(errs, field.Required(path.Child("strategy"), fmt.Sprintf("supported values: %q, %q", nvidiaTimeSlicing, nvidiaMPS)))
+	default:
+		errs = append(errs, field.NotSupported(path.Child("strategy"), s.Strategy, []string{nvidiaTimeSlicing, nvidiaMPS}))
+	}
+	return out, errs
+}
+
+func (m *nvMps) convert(path *field.Path) (*v1alpha1.MpsConfig, field.ErrorList) {
+	out := &v1alpha1.MpsConfig{}
+	if m == nil {
+		return out, nil
+	}
+	var errs field.ErrorList
+	if p := m.DefaultActiveThreadPercentage; p != nil {
+		if *p < 1 || *p > 100 {
+			errs = append(errs, field.Invalid(path.Child("defaultActiveThreadPercentage"), *p,
+				"must be between 1 and 100 (gpudra does not accept 0: MPS clients could not run)"))
+		} else {
+			v := int32(*p)
+			out.DefaultActiveThreadPercentage = &v
+		}
+	}
+	if q := m.DefaultPinnedDeviceMemoryLimit; q != nil {
+		if q.CmpInt64(v1alpha1.MinPinnedMemoryLimit) < 0 {
+			errs = append(errs, field.Invalid(path.Child("defaultPinnedDeviceMemoryLimit"), q.String(), "must be at least 1Mi (MPS limits are whole MiB)"))
+		}
+		c := q.DeepCopy()
+		out.DefaultPinnedDeviceMemoryLimit = &c
+	}
+	perDevice := path.Child("defaultPerDevicePinnedMemoryLimit")
+	for k, q := range m.DefaultPerDevicePinnedMemoryLimit {
+		if uuidKey.MatchString(k) {
+			errs = append(errs, field.Invalid(perDevice.Key(k), k,
+				"gpudra does not accept GPU UUIDs here: use the GPU's index among the claim's GPUs (\"0\" is the first)"))
+			continue
+		}
+		n, err := strconv.Atoi(k)
+		if err != nil || n < 0 || n > maxPinnedDeviceIndex || strconv.Itoa(n) != k {
+			errs = append(errs, field.Invalid(perDevice.Key(k), k,
+				fmt.Sprintf("must be the index of a GPU among the claim's GPUs, 0 to %d", maxPinnedDeviceIndex)))
+			continue
+		}
+		if q.CmpInt64(v1alpha1.MinPinnedMemoryLimit) < 0 {
+			errs = append(errs, field.Invalid(perDevice.Key(k), q.String(), "must be at least 1Mi (MPS limits are whole MiB)"))
+			continue
+		}
+		if out.PerDevicePinnedMemoryLimits == nil {
+			out.PerDevicePinnedMemoryLimits = map[string]resource.Quantity{}
+		}
+		out.PerDevicePinnedMemoryLimits[k] = q.DeepCopy()
+	}
+	return out, errs
+}
