@@ -19,6 +19,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/compat"
+	"github.com/gpudra/gpudra/pkg/model"
 )
 
 // DeviceConfig is one allocated device of our driver with its effective
@@ -43,6 +45,9 @@ type decodedConfig struct {
 	source   resourceapi.AllocationConfigSource
 	requests []string
 	params   *v1alpha1.GpuClaimParameters
+	// kind and forKind: see compat.Config.
+	kind    string
+	forKind compat.DeviceKind
 }
 
 // Resolve returns the devices of claim's allocation that belong to driverName
@@ -50,11 +55,16 @@ type decodedConfig struct {
 // effective configuration. A device that no configuration applies to gets
 // v1alpha1.DefaultGpuClaimParameters().
 //
-// Every opaque configuration for driverName is decoded with v1alpha1.Decode,
-// including ones that end up overridden, so that mistakes do not go
-// unnoticed. A configuration that cannot be decoded fails the whole claim
-// with an error that names the claim, the configuration and the requests it
-// targets, and wraps the *v1alpha1.DecodeError. A claim that is not
+// Every opaque configuration for driverName is decoded with the driver's
+// decoder (compat.ForDriver(driverName).Decode: v1alpha1.Decode natively,
+// NVIDIA's GpuConfig and MigDeviceConfig too for gpu.nvidia.com), including
+// ones that end up overridden, so that mistakes do not go unnoticed. A
+// configuration that cannot be decoded fails the whole claim with an error
+// that names the claim, the configuration and the requests it targets, and
+// wraps the *v1alpha1.DecodeError or *compat.ConfigError. NVIDIA's
+// configurations apply to one kind of device (compat.Config.For): one for
+// all requests skips devices of the other kind, one that names a request
+// fails the claim on a device of the other kind. A claim that is not
 // allocated is an error too.
 func Resolve(claim *resourceapi.ResourceClaim, driverName, poolName string) ([]DeviceConfig, error) {
 	if claim == nil {
@@ -77,10 +87,24 @@ func Resolve(claim *resourceapi.ResourceClaim, driverName, poolName string) ([]D
 			continue
 		}
 		var params *v1alpha1.GpuClaimParameters
-		for _, c := range configs {
-			if appliesTo(c.requests, result.Request) {
-				params = c.params
+		// The last applicable configuration wins.
+		for j := len(configs) - 1; j >= 0; j-- {
+			c := configs[j]
+			if !appliesTo(c.requests, result.Request) {
+				continue
 			}
+			if c.forKind != compat.AnyDevice && c.forKind != kindOf(result.Device) {
+				if len(c.requests) == 0 {
+					// NVIDIA's rule: a configuration for all requests
+					// skips devices of the other kind.
+					continue
+				}
+				return nil, fmt.Errorf("ResourceClaim %s: a %s (%s) cannot be applied to device %s of request %q, which is a %s device; "+
+					"use %s for it", claimName(claim), c.kind, describeRequests(c.requests), result.Device, result.Request,
+					kindOf(result.Device), kindConfig(kindOf(result.Device)))
+			}
+			params = c.params
+			break
 		}
 		if params == nil {
 			params = v1alpha1.DefaultGpuClaimParameters()
@@ -97,6 +121,7 @@ func Resolve(claim *resourceapi.ResourceClaim, driverName, poolName string) ([]D
 // group in list order.
 func decodeConfigs(claim *resourceapi.ResourceClaim, driverName string) ([]decodedConfig, error) {
 	all := claim.Status.Allocation.Devices.Config
+	names := compat.ForDriver(driverName)
 	var ours []decodedConfig
 	for i := range all {
 		c := &all[i]
@@ -108,12 +133,13 @@ func decodeConfigs(claim *resourceapi.ResourceClaim, driverName string) ([]decod
 				claimName(claim), configPath(i), c.Source,
 				resourceapi.AllocationConfigSourceClass, resourceapi.AllocationConfigSourceClaim)
 		}
-		params, err := decodeParameters(c.Opaque)
+		decoded, err := decodeParameters(names, c.Opaque)
 		if err != nil {
 			return nil, fmt.Errorf("ResourceClaim %s: opaque parameters in %s (source %s, applies to %s): %w",
 				claimName(claim), configPath(i), c.Source, describeRequests(c.Requests), err)
 		}
-		ours = append(ours, decodedConfig{source: c.Source, requests: c.Requests, params: params})
+		ours = append(ours, decodedConfig{source: c.Source, requests: c.Requests, params: decoded.Params,
+			kind: decoded.Kind, forKind: decoded.For})
 	}
 
 	ordered := make([]decodedConfig, 0, len(ours))
@@ -129,7 +155,7 @@ func decodeConfigs(claim *resourceapi.ResourceClaim, driverName string) ([]decod
 
 // decodeParameters decodes the raw parameters or, for claims built in code
 // rather than read from the API server, the object stored in their place.
-func decodeParameters(opaque *resourceapi.OpaqueDeviceConfiguration) (*v1alpha1.GpuClaimParameters, error) {
+func decodeParameters(names compat.Names, opaque *resourceapi.OpaqueDeviceConfiguration) (*compat.Config, error) {
 	raw := opaque.Parameters.Raw
 	if len(raw) == 0 && opaque.Parameters.Object != nil {
 		var err error
@@ -137,7 +163,23 @@ func decodeParameters(opaque *resourceapi.OpaqueDeviceConfiguration) (*v1alpha1.
 			return nil, fmt.Errorf("cannot encode parameters object: %w", err)
 		}
 	}
-	return v1alpha1.Decode(raw)
+	return names.Decode(raw)
+}
+
+// kindOf tells whole GPUs from MIG devices by their published name.
+func kindOf(device string) compat.DeviceKind {
+	if model.IsMIGDeviceName(device) {
+		return compat.MIGDevice
+	}
+	return compat.WholeGPU
+}
+
+// kindConfig names the NVIDIA configuration kind for a device kind.
+func kindConfig(k compat.DeviceKind) string {
+	if k == compat.MIGDevice {
+		return compat.MigDeviceConfigKind
+	}
+	return compat.GpuConfigKind
 }
 
 // appliesTo reports whether a configuration for the given requests applies

@@ -96,6 +96,10 @@ func MIGDeviceName(gpu *GPU, profile string, start int) string {
 	return fmt.Sprintf("%s-mig-%s-%d", gpu.DeviceName(), b.String(), start)
 }
 
+// IsMIGDeviceName reports whether a published device name is one of
+// MIGDeviceName's (whole GPUs are named gpu-<minor>).
+func IsMIGDeviceName(name string) bool { return strings.Contains(name, "-mig-") }
+
 // CounterSetName names the shared counters of a dynamically partitioned GPU.
 func (g GPU) CounterSetName() string { return deviceNamePrefix + strconv.Itoa(g.Minor) + "-mig" }
 
