@@ -22,7 +22,9 @@ import (
 )
 
 const (
-	// Vendor and Class form the CDI kind of gpudra's claim specs.
+	// Vendor and Class form the CDI kind of gpudra's claim specs (the
+	// native driver's vendor; NewVendorWriter takes another one, see
+	// compat.Names.CDIVendor).
 	Vendor = "k8s.gpu.gpudra.io"
 	Class  = "claim"
 	// Kind is the CDI kind, "<vendor>/<class>".
@@ -50,13 +52,21 @@ type ClaimDevice struct {
 // Writer writes and removes the per-claim specs in one CDI directory.
 type Writer struct {
 	dir     string
+	vendor  string
 	cache   *cdiapi.Cache
 	edits   EditsProvider
 	migCaps MIGCaps
 }
 
-// NewWriter uses dir (e.g. /var/run/cdi) for the specs.
+// NewWriter uses dir (e.g. /var/run/cdi) for the specs of vendor Vendor.
 func NewWriter(dir string, edits EditsProvider) (*Writer, error) {
+	return NewVendorWriter(dir, Vendor, edits)
+}
+
+// NewVendorWriter uses dir for the specs of the given CDI vendor (e.g.
+// k8s.gpu.nvidia.com): their kind, file names and device IDs name it, and
+// ListClaims sees only its specs.
+func NewVendorWriter(dir, vendor string, edits EditsProvider) (*Writer, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create CDI spec directory %s: %w", dir, err)
 	}
@@ -64,25 +74,31 @@ func NewWriter(dir string, edits EditsProvider) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open CDI spec directory %s: %w", dir, err)
 	}
-	return &Writer{dir: dir, cache: cache, edits: edits}, nil
+	return &Writer{dir: dir, vendor: vendor, cache: cache, edits: edits}, nil
 }
 
 // Dir is the CDI spec directory.
 func (w *Writer) Dir() string { return w.dir }
 
-// DeviceID is the fully qualified CDI device ID of a claim's device.
-func DeviceID(claimUID, deviceName string) string {
-	return cdiparser.QualifiedName(Vendor, Class, claimUID+"-"+deviceName)
+// DeviceID is the fully qualified CDI device ID of a claim's device under
+// Vendor.
+func DeviceID(claimUID, deviceName string) string { return deviceID(Vendor, claimUID, deviceName) }
+
+// SpecName is the file name (without extension) of a claim's spec under
+// Vendor.
+func SpecName(claimUID string) string { return specName(Vendor, claimUID) }
+
+func deviceID(vendor, claimUID, deviceName string) string {
+	return cdiparser.QualifiedName(vendor, Class, claimUID+"-"+deviceName)
 }
 
-// SpecName is the file name (without extension) of a claim's spec.
-func SpecName(claimUID string) string {
-	return cdiapi.GenerateTransientSpecName(Vendor, Class, claimUID)
+func specName(vendor, claimUID string) string {
+	return cdiapi.GenerateTransientSpecName(vendor, Class, claimUID)
 }
 
 // SpecPath is where a claim's spec lives.
 func (w *Writer) SpecPath(claimUID string) string {
-	return filepath.Join(w.dir, SpecName(claimUID)+specExt)
+	return filepath.Join(w.dir, specName(w.vendor, claimUID)+specExt)
 }
 
 // Spec builds (without writing) the spec of a claim.
@@ -94,7 +110,7 @@ func (w *Writer) Spec(claimUID string, devices []ClaimDevice) (*cdispec.Spec, er
 	if err != nil {
 		return nil, err
 	}
-	spec := &cdispec.Spec{Kind: Kind, ContainerEdits: *common}
+	spec := &cdispec.Spec{Kind: w.vendor + "/" + Class, ContainerEdits: *common}
 	for _, d := range devices {
 		edits, err := w.edits.Device(d.GPU)
 		if err != nil {
@@ -136,12 +152,12 @@ func (w *Writer) WriteClaim(claimUID string, devices []ClaimDevice) (map[string]
 	if err != nil {
 		return nil, err
 	}
-	if err := w.cache.WriteSpec(spec, SpecName(claimUID)+specExt); err != nil {
+	if err := w.cache.WriteSpec(spec, specName(w.vendor, claimUID)+specExt); err != nil {
 		return nil, fmt.Errorf("write CDI spec for claim %s to %s: %w", claimUID, w.dir, err)
 	}
 	ids := make(map[string]string, len(devices))
 	for _, d := range devices {
-		ids[d.DeviceName] = DeviceID(claimUID, d.DeviceName)
+		ids[d.DeviceName] = deviceID(w.vendor, claimUID, d.DeviceName)
 	}
 	return ids, nil
 }
@@ -151,7 +167,7 @@ func (w *Writer) RemoveClaim(claimUID string) error {
 	if err := model.ValidateUID(claimUID); err != nil {
 		return err
 	}
-	if err := w.cache.RemoveSpec(SpecName(claimUID) + specExt); err != nil {
+	if err := w.cache.RemoveSpec(specName(w.vendor, claimUID) + specExt); err != nil {
 		return fmt.Errorf("remove CDI spec of claim %s: %w", claimUID, err)
 	}
 	return nil
@@ -177,7 +193,7 @@ func (w *Writer) ListClaims() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list CDI spec directory %s: %w", w.dir, err)
 	}
-	prefix := SpecName("")
+	prefix := specName(w.vendor, "")
 	var uids []string
 	for _, e := range entries {
 		name := e.Name()

@@ -13,10 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/compat"
 )
 
-// Names of the base classes.
+// Names of the native base classes; compat.Names.GPUClass and MIGClass name
+// them for any mode.
 const (
 	GPUClassName = "gpu.gpudra.io"
 	MIGClassName = "mig.gpudra.io"
@@ -33,20 +34,25 @@ const (
 	ProductNameAnnotation = "gpudra.io/product-name"
 )
 
-// modelSuffix ends the name of every per-model class.
-const modelSuffix = "." + GPUClassName
+// modelSuffix ends the name of every per-model class of the driver n.
+func modelSuffix(n compat.Names) string { return "." + n.GPUClass }
 
-// BaseSelector is the CEL expression that selects devices of the driver with
-// the given type attribute ("gpu" or "mig").
-func BaseSelector(deviceType string) string {
+// BaseSelector is the CEL expression that selects devices of the native
+// driver with the given type attribute ("gpu" or "mig").
+func BaseSelector(deviceType string) string { return SelectorFor(compat.Default(), deviceType) }
+
+// SelectorFor is BaseSelector for the driver n.
+func SelectorFor(n compat.Names, deviceType string) string {
 	return fmt.Sprintf(`device.driver == %s && device.attributes[%s].type == %s`,
-		celString(v1alpha1.DriverName), celString(v1alpha1.DriverName), celString(deviceType))
+		celString(n.Driver), celString(n.Driver), celString(deviceType))
 }
 
 // ModelSelector is BaseSelector("gpu") restricted to one productName.
-func ModelSelector(productName string) string {
+func ModelSelector(productName string) string { return modelSelectorFor(compat.Default(), productName) }
+
+func modelSelectorFor(n compat.Names, productName string) string {
 	return fmt.Sprintf(`%s && device.attributes[%s].productName == %s`,
-		BaseSelector("gpu"), celString(v1alpha1.DriverName), celString(productName))
+		SelectorFor(n, "gpu"), celString(n.Driver), celString(productName))
 }
 
 // celString quotes s as a CEL string literal. Go's quoting only produces
@@ -58,20 +64,30 @@ func celString(s string) string { return strconv.Quote(s) }
 // (with spec.extendedResourceName set when extendedResourceName is not empty)
 // and mig.gpudra.io.
 func BaseClasses(extendedResourceName string) []*resourceapi.DeviceClass {
-	gpu := newClass(GPUClassName, BaseSelector("gpu"))
+	return BaseClassesFor(compat.Default(), extendedResourceName)
+}
+
+// BaseClassesFor is BaseClasses for the driver n: gpu.nvidia.com and
+// mig.nvidia.com in the NVIDIA compatibility mode.
+func BaseClassesFor(n compat.Names, extendedResourceName string) []*resourceapi.DeviceClass {
+	gpu := newClass(n.GPUClass, SelectorFor(n, "gpu"))
 	if extendedResourceName != "" {
 		gpu.Spec.ExtendedResourceName = ptr.To(extendedResourceName)
 	}
-	return []*resourceapi.DeviceClass{gpu, newClass(MIGClassName, BaseSelector("mig"))}
+	return []*resourceapi.DeviceClass{gpu, newClass(n.MIGClass, SelectorFor(n, "mig"))}
 }
 
 // ModelClass returns the per-model class for productName.
 func ModelClass(productName string) (*resourceapi.DeviceClass, error) {
-	name, err := ClassNameForProduct(productName)
+	return modelClassFor(compat.Default(), productName)
+}
+
+func modelClassFor(n compat.Names, productName string) (*resourceapi.DeviceClass, error) {
+	name, err := classNameForProduct(n, productName)
 	if err != nil {
 		return nil, err
 	}
-	c := newClass(name, ModelSelector(productName))
+	c := newClass(name, modelSelectorFor(n, productName))
 	c.Labels[ModelLabel] = "true"
 	c.Annotations = map[string]string{ProductNameAnnotation: productName}
 	return c, nil
@@ -93,6 +109,12 @@ func newClass(name, selector string) *resourceapi.DeviceClass {
 // label longer than 63 characters is shortened and made unique with a hash
 // of the productName.
 func ClassNameForProduct(productName string) (string, error) {
+	return classNameForProduct(compat.Default(), productName)
+}
+
+// classNameForProduct is ClassNameForProduct for the driver n (suffix
+// .<n.GPUClass>).
+func classNameForProduct(n compat.Names, productName string) (string, error) {
 	s := strings.ToLower(strings.TrimSpace(productName))
 	s = strings.TrimPrefix(s, "nvidia ")
 	var b strings.Builder
@@ -116,16 +138,17 @@ func ClassNameForProduct(productName string) (string, error) {
 		sum := sha256.Sum256([]byte(productName))
 		label = strings.TrimRight(label[:validation.DNS1123LabelMaxLength-9], "-") + "-" + hex.EncodeToString(sum[:4])
 	}
-	name := label + modelSuffix
+	name := label + modelSuffix(n)
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return "", fmt.Errorf("DeviceClass name %q derived from productName %q is invalid: %s", name, productName, strings.Join(errs, "; "))
 	}
 	return name, nil
 }
 
-// isModelClassName reports whether name has the form of a per-model class.
-func isModelClassName(name string) bool {
-	return strings.HasSuffix(name, modelSuffix) && name != GPUClassName
+// isModelClassName reports whether name has the form of a per-model class
+// of the driver n.
+func isModelClassName(n compat.Names, name string) bool {
+	return strings.HasSuffix(name, modelSuffix(n)) && name != n.GPUClass
 }
 
 // isManaged reports whether the controller owns c.

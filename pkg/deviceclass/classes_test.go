@@ -13,6 +13,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/pkg/compat"
 )
 
 func TestClassNameForProduct(t *testing.T) {
@@ -49,7 +51,7 @@ func TestClassNameForProduct(t *testing.T) {
 			label, _, _ := strings.Cut(got, ".")
 			assert.LessOrEqual(t, len(label), validation.DNS1123LabelMaxLength)
 			assert.Empty(t, validation.IsDNS1123Subdomain(got))
-			assert.True(t, isModelClassName(got))
+			assert.True(t, isModelClassName(compat.Default(), got))
 		})
 	}
 	a, err := ClassNameForProduct(long + "A")

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/pkg/compat"
 )
 
 // Options configure the controller.
@@ -33,6 +35,9 @@ type Options struct {
 	Workers int
 	// Metrics records reconciles; nil records nothing.
 	Metrics *Metrics
+	// Names are the driver's names (class names, the driver whose slices
+	// name the models); the zero value is gpudra's native names.
+	Names compat.Names
 }
 
 // Controller keeps the base DeviceClasses and, optionally, one class per GPU
@@ -60,6 +65,9 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	if opts.Workers <= 0 {
 		opts.Workers = 2
 	}
+	if opts.Names.Driver == "" {
+		opts.Names = compat.Default()
+	}
 	c := &Controller{
 		client: client, opts: opts, recorder: recorder,
 		base: map[string]*resourceapi.DeviceClass{},
@@ -67,7 +75,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpudra-deviceclass"}),
 		conflicts: map[string]string{},
 	}
-	for _, b := range BaseClasses(opts.ExtendedResourceName) {
+	for _, b := range BaseClassesFor(opts.Names, opts.ExtendedResourceName) {
 		c.base[b.Name] = b
 	}
 
@@ -87,14 +95,14 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 
 	sliceInformer := factory.Resource().V1().ResourceSlices().Informer()
 	claimInformer := factory.Resource().V1().ResourceClaims().Informer()
-	if err := sliceInformer.AddIndexers(cache.Indexers{modelIndex: indexSliceModels}); err != nil {
+	if err := sliceInformer.AddIndexers(cache.Indexers{modelIndex: indexSliceModels(opts.Names)}); err != nil {
 		return nil, fmt.Errorf("index ResourceSlices by GPU model: %w", err)
 	}
 	if err := claimInformer.AddIndexers(cache.Indexers{classIndex: indexClaimClasses}); err != nil {
 		return nil, fmt.Errorf("index ResourceClaims by DeviceClass: %w", err)
 	}
 	c.sliceIndex, c.claimIndex = sliceInformer.GetIndexer(), claimInformer.GetIndexer()
-	if _, err := sliceInformer.AddEventHandler(c.enqueueVia(indexSliceModels)); err != nil {
+	if _, err := sliceInformer.AddEventHandler(c.enqueueVia(indexSliceModels(opts.Names))); err != nil {
 		return nil, fmt.Errorf("watch ResourceSlices: %w", err)
 	}
 	if _, err := claimInformer.AddEventHandler(c.enqueueVia(indexClaimClasses)); err != nil {
@@ -112,7 +120,7 @@ func (c *Controller) onClass(obj any) {
 		obj = tomb.Obj
 	}
 	class, ok := obj.(*resourceapi.DeviceClass)
-	if ok && (c.base[class.Name] != nil || (c.opts.PerModelClasses && isModelClassName(class.Name))) {
+	if ok && (c.base[class.Name] != nil || (c.opts.PerModelClasses && isModelClassName(c.opts.Names, class.Name))) {
 		c.queue.Add(class.Name)
 	}
 }
@@ -193,7 +201,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if desired := c.base[name]; desired != nil {
 		return c.ensure(ctx, desired)
 	}
-	if !c.opts.PerModelClasses || !isModelClassName(name) {
+	if !c.opts.PerModelClasses || !isModelClassName(c.opts.Names, name) {
 		// With per-model classes off, existing ones are left alone: the
 		// claims that might use them are not watched.
 		return nil
@@ -205,7 +213,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if product == "" {
 		return c.deleteUnused(ctx, name)
 	}
-	desired, err := ModelClass(product)
+	desired, err := modelClassFor(c.opts.Names, product)
 	if err != nil {
 		return err
 	}
@@ -222,8 +230,8 @@ func (c *Controller) productFor(ctx context.Context, name string) (string, error
 	}
 	var products []string
 	for _, obj := range objs {
-		for _, p := range sliceProducts(obj.(*resourceapi.ResourceSlice)) {
-			if n, err := ClassNameForProduct(p); err == nil && n == name && !slices.Contains(products, p) {
+		for _, p := range sliceProducts(c.opts.Names, obj.(*resourceapi.ResourceSlice)) {
+			if n, err := classNameForProduct(c.opts.Names, p); err == nil && n == name && !slices.Contains(products, p) {
 				products = append(products, p)
 			}
 		}

@@ -6,7 +6,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/compat"
 )
 
 // Informer index names.
@@ -21,28 +21,28 @@ const (
 
 // attribute returns a device attribute given either unqualified (the driver's
 // own domain) or qualified with the driver name.
-func attribute(d *resourceapi.Device, name string) (resourceapi.DeviceAttribute, bool) {
+func attribute(n compat.Names, d *resourceapi.Device, name string) (resourceapi.DeviceAttribute, bool) {
 	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok {
 		return a, true
 	}
-	a, ok := d.Attributes[resourceapi.QualifiedName(v1alpha1.DriverName+"/"+name)]
+	a, ok := d.Attributes[resourceapi.QualifiedName(n.Attribute(name))]
 	return a, ok
 }
 
 // sliceProducts lists the productNames of the whole GPUs (type "gpu") in a
-// slice of the driver, each once.
-func sliceProducts(s *resourceapi.ResourceSlice) []string {
-	if s.Spec.Driver != v1alpha1.DriverName {
+// slice of the driver n, each once.
+func sliceProducts(n compat.Names, s *resourceapi.ResourceSlice) []string {
+	if s.Spec.Driver != n.Driver {
 		return nil
 	}
 	var out []string
 	for i := range s.Spec.Devices {
 		d := &s.Spec.Devices[i]
-		typ, ok := attribute(d, "type")
+		typ, ok := attribute(n, d, "type")
 		if !ok || typ.StringValue == nil || *typ.StringValue != "gpu" {
 			continue
 		}
-		p, ok := attribute(d, "productName")
+		p, ok := attribute(n, d, "productName")
 		if !ok || p.StringValue == nil || strings.TrimSpace(*p.StringValue) == "" {
 			continue
 		}
@@ -53,21 +53,23 @@ func sliceProducts(s *resourceapi.ResourceSlice) []string {
 	return out
 }
 
-// indexSliceModels is the modelIndex function: the per-model class names of
-// a slice's GPUs. Models whose name cannot be turned into a class name are
-// skipped.
-func indexSliceModels(obj any) ([]string, error) {
-	s, ok := obj.(*resourceapi.ResourceSlice)
-	if !ok {
-		return nil, nil
-	}
-	var names []string
-	for _, p := range sliceProducts(s) {
-		if n, err := ClassNameForProduct(p); err == nil && !slices.Contains(names, n) {
-			names = append(names, n)
+// indexSliceModels returns the modelIndex function of the driver n: the
+// per-model class names of a slice's GPUs. Models whose name cannot be turned
+// into a class name are skipped.
+func indexSliceModels(n compat.Names) func(obj any) ([]string, error) {
+	return func(obj any) ([]string, error) {
+		s, ok := obj.(*resourceapi.ResourceSlice)
+		if !ok {
+			return nil, nil
 		}
+		var names []string
+		for _, p := range sliceProducts(n, s) {
+			if name, err := classNameForProduct(n, p); err == nil && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+		return names, nil
 	}
-	return names, nil
 }
 
 // indexClaimClasses is the classIndex function: the DeviceClass names a

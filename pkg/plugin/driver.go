@@ -143,7 +143,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
-	writer, err := cdi.NewWriter(o.CDIRoot, edits)
+	writer, err := cdi.NewVendorWriter(o.CDIRoot, o.names().CDIVendor, edits)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
-	pub := &publisher{}
+	pub := &publisher{names: o.names()}
 	hs, err := newHealthService(ctx, o, gpus, pub)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -43,6 +44,8 @@ type eventSink struct {
 	client   kubernetes.Interface
 	recorder events.EventRecorder
 	store    *checkpoint.Store
+	// lostKey is the lost taint's key as published (compat.Names.TaintKey).
+	lostKey string
 }
 
 func newEventSink(ctx context.Context, client kubernetes.Interface, o *Options, store *checkpoint.Store) *eventSink {
@@ -51,7 +54,7 @@ func newEventSink(ctx context.Context, client kubernetes.Interface, o *Options, 
 		klog.FromContext(ctx).Error(err, "Events are not recorded")
 		return nil
 	}
-	return &eventSink{client: client, store: store,
+	return &eventSink{client: client, store: store, lostKey: o.names().TaintKey(health.KeyLost),
 		recorder: b.NewRecorder(scheme.Scheme, o.DriverName+"/kubelet-plugin")}
 }
 
@@ -166,7 +169,7 @@ func (e *eventSink) unavailableGPUs(nodeName string, gpus []model.UnavailableGPU
 		note := fmt.Sprintf("GPU at NVML index %d does not answer NVML (%s); ", u.Index, u.Error)
 		if u.PublishedAs != "" {
 			note += fmt.Sprintf("published as %s (%s) from its last known identity with taint %s=%s:NoExecute until it answers again",
-				u.PublishedAs, u.UUID, health.KeyLost, u.Reason)
+				u.PublishedAs, u.UUID, cmp.Or(e.lostKey, health.KeyLost), u.Reason)
 		} else {
 			note += "not published: " + u.Withheld
 		}

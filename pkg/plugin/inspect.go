@@ -25,6 +25,9 @@ func Inspect(ctx context.Context, o *Options) (*Inspection, error) {
 	if o.NodeName == "" {
 		o.NodeName = "localhost"
 	}
+	if err := o.resolveDriverName(); err != nil {
+		return nil, err
+	}
 	gpus, err := OpenNode(ctx, o)
 	if err != nil {
 		return nil, err

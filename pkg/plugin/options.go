@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/compat"
 	"github.com/gpudra/gpudra/pkg/mig"
 )
 
@@ -25,6 +26,10 @@ type Options struct {
 	KubeAPIBurst int
 	NodeName     string
 	DriverName   string
+	// Compatibility is the --compatibility mode: empty for gpudra's names,
+	// "nvidia" for NVIDIA's DRA driver names and API (see pkg/compat);
+	// Validate sets DriverName from it.
+	Compatibility string
 
 	CDIRoot             string
 	KubeletPluginsDir   string
@@ -56,6 +61,9 @@ type Options struct {
 func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", env("NODE_NAME", ""), "Name of this node; the pool name and the owner of its ResourceSlices. [$NODE_NAME]")
 	fs.StringVar(&o.DriverName, "driver-name", env("DRIVER_NAME", v1alpha1.DriverName), "DRA driver name. [$DRIVER_NAME]")
+	fs.StringVar(&o.Compatibility, "compatibility", env("GPUDRA_COMPATIBILITY", ""),
+		"nvidia: serve NVIDIA's DRA driver API (driver gpu.nvidia.com, its attribute names, resource.nvidia.com/v1beta1 GpuConfig and "+
+			"MigDeviceConfig); empty for gpudra's own names. [$GPUDRA_COMPATIBILITY]")
 	fs.StringVar(&o.NvidiaDriverRoot, "nvidia-driver-root", env("NVIDIA_DRIVER_ROOT", "/"),
 		"Root under which the NVIDIA driver is installed, as this process sees it (the chart mounts the host's driver root at /driver-root). "+
 			"A simulated driver root (make fake-driver-root) runs the same code without GPUs. [$NVIDIA_DRIVER_ROOT]")
@@ -101,6 +109,21 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.addSharingToolFlags(fs)
 }
 
+// resolveDriverName sets DriverName from --compatibility.
+func (o *Options) resolveDriverName() error {
+	mode, err := compat.ParseMode(o.Compatibility)
+	if err != nil {
+		return fmt.Errorf("--compatibility: %w", err)
+	}
+	if o.DriverName, err = compat.DriverFor(mode, o.DriverName); err != nil {
+		return fmt.Errorf("--driver-name: %w", err)
+	}
+	return nil
+}
+
+// names are the names the plugin publishes and reads, after Validate.
+func (o *Options) names() compat.Names { return compat.ForDriver(o.DriverName) }
+
 // PluginDataDir is where the socket and checkpoint of the driver live.
 func (o *Options) PluginDataDir() string { return filepath.Join(o.KubeletPluginsDir, o.DriverName) }
 
@@ -111,6 +134,9 @@ func (o *Options) CheckpointDir() string { return filepath.Join(o.PluginDataDir(
 func (o *Options) Validate() error {
 	if o.NodeName == "" {
 		return fmt.Errorf("--node-name (or $NODE_NAME) is required: it names the node's ResourceSlice pool")
+	}
+	if err := o.resolveDriverName(); err != nil {
+		return err
 	}
 	if o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128 {
 		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)

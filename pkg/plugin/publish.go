@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/pkg/compat"
 	"github.com/gpudra/gpudra/pkg/health"
 )
 
@@ -26,6 +28,9 @@ type publisher struct {
 	base    resourceslice.DriverResources
 	// taints returns the current health; nil publishes the base as is.
 	taints func() health.Snapshot
+	// names: the health taints are published in the driver's domain
+	// (compat.Names.TaintKey); the zero value keeps pkg/health's keys.
+	names compat.Names
 }
 
 // SetBase replaces the devices to publish and publishes them once a helper
@@ -74,7 +79,38 @@ func (p *publisher) publishLocked(ctx context.Context) error {
 	if p.helper == nil || !p.leading {
 		return nil
 	}
-	return p.helper.PublishResources(ctx, p.desiredLocked())
+	return p.helper.PublishResources(ctx, publishedTaintKeys(p.names, p.desiredLocked()))
+}
+
+// publishedTaintKeys moves the taint keys of res into the driver's domain.
+// Natively (gpu.gpudra.io) res is returned as it is. The devices of res are
+// copied before they change, since they may be the base's; res's slice
+// lists must be its own (desiredLocked's are).
+func publishedTaintKeys(n compat.Names, res resourceslice.DriverResources) resourceslice.DriverResources {
+	if n.Driver == "" || n.TaintKey(health.KeyLost) == health.KeyLost {
+		return res
+	}
+	for _, pool := range res.Pools {
+		for k, s := range pool.Slices {
+			if !slices.ContainsFunc(s.Devices, func(d resourceapi.Device) bool { return len(d.Taints) > 0 }) {
+				continue
+			}
+			devices := slices.Clone(s.Devices)
+			for i := range devices {
+				d := &devices[i]
+				taints := make([]resourceapi.DeviceTaint, len(d.Taints))
+				for j, t := range d.Taints {
+					t.Key = n.TaintKey(t.Key)
+					taints[j] = t
+				}
+				if len(taints) > 0 {
+					d.Taints = taints
+				}
+			}
+			pool.Slices[k].Devices = devices
+		}
+	}
+	return res
 }
 
 // desiredLocked is the base with taints, sharing nothing mutable with it.

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/pkg/compat"
 	"github.com/gpudra/gpudra/pkg/nvmllib"
 	"github.com/gpudra/gpudra/pkg/prepare"
 	"github.com/gpudra/gpudra/pkg/sharing"
@@ -69,7 +70,8 @@ func (o *Options) validateSharing() error {
 }
 
 func (o *Options) sliceOptions() slice.Options {
-	return slice.Options{MaxDevicesPerSlice: o.maxDevicesPerSlice(), ConsumableMemory: o.GPUSharing == SharingConsumable}
+	return slice.Options{MaxDevicesPerSlice: o.maxDevicesPerSlice(), ConsumableMemory: o.GPUSharing == SharingConsumable,
+		NVIDIAAttributes: o.names().Mode == compat.NVIDIA}
 }
 
 // sharingTools returns the time slicer and MPS control of the node.

@@ -18,7 +18,10 @@ import (
 )
 
 // Attribute names in the driver's domain (unqualified names belong to the
-// driver). They match NVIDIA's driver so that CEL expressions carry over.
+// driver). They are those of NVIDIA's driver where both publish a fact, but a
+// CEL expression names the domain too (gpu.gpudra.io natively): NVIDIA's
+// expressions carry over unchanged only in the NVIDIA compatibility mode
+// (pkg/compat, WithNVIDIAAttributes).
 const (
 	AttrType                  resourceapi.QualifiedName = "type"
 	AttrUUID                  resourceapi.QualifiedName = "uuid"
@@ -51,6 +54,9 @@ type Options struct {
 	// ConsumableMemory publishes every GPU as shareable by memory (see
 	// WithConsumableMemory).
 	ConsumableMemory bool
+	// NVIDIAAttributes adds the attributes and capacities of NVIDIA's DRA
+	// driver (WithNVIDIAAttributes), for the NVIDIA compatibility mode.
+	NVIDIAAttributes bool
 }
 
 // Devices converts every GPU of the node into ResourceSlice devices: the
@@ -95,6 +101,11 @@ func Resources(poolName string, node *model.Node, opts Options) (resourceslice.D
 	devices, err := Devices(node)
 	if err != nil {
 		return resourceslice.DriverResources{}, err
+	}
+	if opts.NVIDIAAttributes {
+		if err := WithNVIDIAAttributes(node, devices); err != nil {
+			return resourceslice.DriverResources{}, err
+		}
 	}
 	if opts.ConsumableMemory {
 		if err := WithConsumableMemory(devices); err != nil {
