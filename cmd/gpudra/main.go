@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/compat"
 	"github.com/gpudra/gpudra/pkg/cli"
 	"github.com/gpudra/gpudra/pkg/status"
 )
@@ -22,7 +23,7 @@ func newCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")
 	root.PersistentFlags().StringVar(&context, "context", "", "Kubeconfig context to use.")
 
-	var output, node, driver string
+	var output, node, driver, compatibility string
 	var all, telemetry bool
 	var metricsURLs map[string]string
 	statusCmd := &cobra.Command{
@@ -41,6 +42,13 @@ func newCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			mode, err := compat.ParseMode(compatibility)
+			if err != nil {
+				return fmt.Errorf("--compatibility: %w", err)
+			}
+			if driver, err = compat.DriverFor(mode, driver); err != nil {
+				return fmt.Errorf("--driver: %w", err)
+			}
 			devices, err := status.Collect(cmd.Context(), client, driver, node)
 			if err != nil {
 				return err
@@ -57,6 +65,8 @@ func newCommand() *cobra.Command {
 	statusCmd.Flags().StringVarP(&output, "output", "o", "table", "Output format: table or json.")
 	statusCmd.Flags().StringVar(&node, "node", "", "Only this node.")
 	statusCmd.Flags().StringVar(&driver, "driver", v1alpha1.DriverName, "DRA driver name.")
+	statusCmd.Flags().StringVar(&compatibility, "compatibility", "",
+		"nvidia: the driver was installed in NVIDIA compatibility mode (driver gpu.nvidia.com); empty for gpudra's names.")
 	statusCmd.Flags().BoolVar(&all, "all", false, "Also list dynamic MIG placements that no claim holds (every placement of every profile).")
 	statusCmd.Flags().BoolVar(&telemetry, "telemetry", true,
 		"Show each device's memory in use and utilization from its node's plugin /metrics (read through the API server's pod proxy: needs get on pods/proxy).")

@@ -19,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/leaderelection"
 
+	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/pkg/certs"
+	"github.com/gpudra/gpudra/pkg/compat"
 	"github.com/gpudra/gpudra/pkg/webhook"
 )
 
@@ -62,7 +64,15 @@ type Options struct {
 	PerModelClasses     bool
 	// ExtendedResourceName for the gpu.gpudra.io class; empty leaves it out.
 	ExtendedResourceName string
+	// DriverName is the driver whose classes and configurations the
+	// controller serves; Compatibility (--compatibility=nvidia) sets it to
+	// gpu.nvidia.com in Validate.
+	DriverName    string
+	Compatibility string
 }
+
+// Names are the names of the driver the controller serves (after Validate).
+func (o *Options) Names() compat.Names { return compat.ForDriver(o.DriverName) }
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
@@ -100,6 +110,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How often --cert-file and --key-file are checked for changes (cert mode files).")
 
 	fs.IntVar(&o.MetricsPort, "metrics-port", 8080, "HTTP port for /metrics, /healthz and /readyz.")
+	fs.StringVar(&o.DriverName, "driver-name", v1alpha1.DriverName, "DRA driver whose DeviceClasses and opaque configurations the controller serves.")
+	fs.StringVar(&o.Compatibility, "compatibility", "",
+		"nvidia: serve NVIDIA's DRA driver API (driver gpu.nvidia.com, classes gpu.nvidia.com and mig.nvidia.com, "+
+			"resource.nvidia.com/v1beta1 GpuConfig and MigDeviceConfig); empty for gpudra's own names.")
 	fs.BoolVar(&o.ManageDeviceClasses, "manage-device-classes", true, "Keep the gpu.gpudra.io and mig.gpudra.io DeviceClasses (leader only).")
 	fs.BoolVar(&o.PerModelClasses, "per-model-classes", true,
 		"Also keep one DeviceClass per GPU model found in ResourceSlices, e.g. h100-80gb-hbm3.gpu.gpudra.io.")
@@ -123,6 +137,11 @@ func (o *Options) Validate() error {
 		if p.port < 1 || p.port > 65535 {
 			errs = append(errs, fmt.Errorf("%s=%d: must be a port between 1 and 65535", p.flag, p.port))
 		}
+	}
+	if mode, err := compat.ParseMode(o.Compatibility); err != nil {
+		errs = append(errs, fmt.Errorf("--compatibility: %w", err))
+	} else if o.DriverName, err = compat.DriverFor(mode, o.DriverName); err != nil {
+		errs = append(errs, fmt.Errorf("--driver-name: %w", err))
 	}
 	if o.WebhookPort == o.MetricsPort {
 		errs = append(errs, fmt.Errorf("--webhook-port and --metrics-port are both %d: they must differ", o.WebhookPort))

@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpudra/gpudra/pkg/compat"
 )
 
 func defaultOptions(t *testing.T, args ...string) *Options {
@@ -38,6 +40,12 @@ func TestFlagsAndEnv(t *testing.T) {
 	assert.True(t, o.LeaderElect)
 	assert.True(t, o.PerModelClasses)
 	assert.Empty(t, o.ExtendedResourceName)
+	assert.Equal(t, compat.Default(), o.Names())
+
+	o = defaultOptions(t, "--compatibility=nvidia")
+	require.NoError(t, o.Validate())
+	assert.Equal(t, "gpu.nvidia.com", o.Names().Driver)
+	assert.Equal(t, "mig.nvidia.com", o.Names().MIGClass)
 
 	o = defaultOptions(t, "--namespace=other", "--leader-elect-lease-namespace=kube-system",
 		"--extended-resource-name=nvidia.com/gpu", "--cert-mode=files", "--cert-file=a", "--key-file=b")
@@ -68,6 +76,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--leader-elect=false", "--leader-elect-retry-period=9s"}},
 		{args: []string{"--cert-mode=secret", "--cert-rotate-before=9000h"}},
 		{args: []string{"--cert-extra-sans=127.0.0.1,::1,wh.example.com,*.example.com"}},
+		{args: []string{"--compatibility=amd"}, wantErr: `--compatibility: compatibility mode "amd" is not supported`},
+		{args: []string{"--compatibility=nvidia", "--driver-name=gpu.example.com"}, wantErr: "--driver-name: driver name \"gpu.example.com\" cannot be used"},
 		{args: []string{"--cert-extra-sans=127.0.0.1,Bad_Name"}, wantErr: `--cert-extra-sans: "Bad_Name" is neither an IP address nor a DNS name`},
 	}
 	for _, tc := range tests {

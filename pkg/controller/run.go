@@ -97,7 +97,7 @@ func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhoo
 		reg.Register(isLeader), reg.Register(expiry)); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	handler, err := webhook.NewHandler(reg)
+	handler, err := webhook.NewHandlerFor(reg, opts.Names())
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,8 @@ func runLeaderWork(ctx context.Context, opts *Options, client kubernetes.Interfa
 	if opts.ManageDeviceClasses {
 		factory := informers.NewSharedInformerFactory(client, 0)
 		ctrl, err := deviceclass.New(client, factory, recorder, deviceclass.Options{
-			PerModelClasses: opts.PerModelClasses, ExtendedResourceName: opts.ExtendedResourceName, Metrics: metrics})
+			PerModelClasses: opts.PerModelClasses, ExtendedResourceName: opts.ExtendedResourceName, Metrics: metrics,
+			Names: opts.Names()})
 		if err != nil {
 			logger.Error(err, "Cannot set up the DeviceClass controller")
 		} else {

@@ -9,7 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 
-	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/pkg/compat"
 )
 
 const resourceGroup = "resource.k8s.io"
@@ -84,7 +84,7 @@ type checked struct {
 
 // review returns the reason to deny req, or "" to allow it. An error means
 // the object in the request could not be read.
-func review(req *admissionv1.AdmissionRequest) (string, error) {
+func review(names compat.Names, req *admissionv1.AdmissionRequest) (string, error) {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return "", nil
 	}
@@ -109,10 +109,10 @@ func review(req *admissionv1.AdmissionRequest) (string, error) {
 
 	var problems []string
 	for i, c := range obj.configs {
-		if c.Opaque == nil || c.Opaque.Driver != v1alpha1.DriverName {
+		if c.Opaque == nil || c.Opaque.Driver != names.Driver {
 			continue
 		}
-		if _, err := v1alpha1.Decode(c.Opaque.Parameters); err != nil {
+		if _, err := names.Decode(c.Opaque.Parameters); err != nil {
 			applies := describeRequests(c.Requests)
 			if obj.class {
 				applies = "every request for this class"

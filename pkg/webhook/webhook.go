@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/pkg/compat"
 )
 
 // Path is the URL path under which the gpu-controller serves the handler and
@@ -52,11 +54,22 @@ var codecs = func() serializer.CodecFactory {
 // requests about ResourceClaims, ResourceClaimTemplates and DeviceClasses.
 type Handler struct {
 	decisions *prometheus.CounterVec
+	// names: the driver whose opaque configurations are checked, and how
+	// they are decoded.
+	names compat.Names
 }
 
-// NewHandler returns a Handler whose decision counter is registered with reg.
+// NewHandler returns a Handler for gpudra's native driver whose decision
+// counter is registered with reg.
 func NewHandler(reg prometheus.Registerer) (*Handler, error) {
-	h := &Handler{
+	return NewHandlerFor(reg, compat.Default())
+}
+
+// NewHandlerFor is NewHandler for the driver names (e.g. gpu.nvidia.com in
+// the NVIDIA compatibility mode, whose GpuConfig and MigDeviceConfig are
+// checked).
+func NewHandlerFor(reg prometheus.Registerer, names compat.Names) (*Handler, error) {
+	h := &Handler{names: names,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: DecisionsMetric,
 			Help: "Admission requests answered by the gpudra webhook, by object kind and decision.",
@@ -143,7 +156,7 @@ func (h *Handler) httpError(logger klog.Logger, w http.ResponseWriter, code int,
 func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	logger := klog.FromContext(ctx)
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
-	msg, err := review(req)
+	msg, err := review(h.names, req)
 	switch {
 	case err != nil:
 		resp.Allowed = false

@@ -1,0 +1,41 @@
+package plugin
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2/ktesting"
+)
+
+// --compatibility=nvidia makes the plugin gpu.nvidia.com: its slices, its
+// data directory (socket, checkpoint) and NVIDIA's attributes.
+func TestCompatibilityNVIDIA(t *testing.T) {
+	o := testOptions(t)
+	o.Compatibility = "nvidia"
+	require.NoError(t, o.Validate())
+	require.Equal(t, "gpu.nvidia.com", o.DriverName)
+	require.Equal(t, filepath.Join(o.KubeletPluginsDir, "gpu.nvidia.com"), o.PluginDataDir())
+
+	_, ctx := ktesting.NewTestContext(t)
+	ins, err := Inspect(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, "gpu.nvidia.com", ins.ResourceSlices[0].Spec.Driver)
+	for _, d := range ins.ResourceSlices[0].Spec.Devices {
+		require.NotNil(t, d.Attributes["pcieBusID"].StringValue, d.Name)
+	}
+
+	o = testOptions(t)
+	o.Compatibility, o.DriverName = "nvidia", "gpu.example.com"
+	require.ErrorContains(t, o.Validate(), "--driver-name")
+	o = testOptions(t)
+	o.Compatibility = "amd"
+	require.ErrorContains(t, o.Validate(), "--compatibility")
+
+	// Natively nothing changes.
+	o = testOptions(t)
+	ins, err = Inspect(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, "gpu.gpudra.io", ins.ResourceSlices[0].Spec.Driver)
+	require.NotContains(t, ins.ResourceSlices[0].Spec.Devices[0].Attributes, "pcieBusID")
+}
