@@ -10,8 +10,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
-	"github.com/gpudra/gpudra/pkg/compat"
 	"github.com/gpudra/gpudra/pkg/cli"
+	"github.com/gpudra/gpudra/pkg/compat"
 	"github.com/gpudra/gpudra/pkg/status"
 )
 
