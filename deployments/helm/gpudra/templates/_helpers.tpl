@@ -18,8 +18,19 @@
 {{- end -}}
 {{- end -}}
 
-{{/* The DRA driver name; fixed, the RBAC and the admission policy refer to it. */}}
-{{- define "gpudra.driverName" -}}gpu.gpudra.io{{- end -}}
+{{/* The DRA driver name, set by .Values.compatibility (pkg/compat); the RBAC and the admission policy refer to it. */}}
+{{- define "gpudra.driverName" -}}
+{{- if eq (.Values.compatibility | default "") "nvidia" -}}gpu.nvidia.com
+{{- else if eq (.Values.compatibility | default "") "" -}}gpu.gpudra.io
+{{- else -}}{{- fail (printf "compatibility: %q is not supported; use \"nvidia\" or leave it empty" .Values.compatibility) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DeviceClass of a device type ("gpu" or "mig"): <type>.gpudra.io, or <type>.nvidia.com in the NVIDIA mode. */}}
+{{- define "gpudra.className" -}}
+{{- $type := index . 0 -}}{{- $ctx := index . 1 -}}
+{{- if eq (include "gpudra.driverName" $ctx) "gpu.nvidia.com" -}}{{ $type }}.nvidia.com{{- else -}}{{ $type }}.gpudra.io{{- end -}}
+{{- end -}}
 
 {{- define "gpudra.pluginName" -}}{{ include "gpudra.fullname" . }}-kubelet-plugin{{- end -}}
 {{- define "gpudra.controllerName" -}}{{ include "gpudra.fullname" . }}-controller{{- end -}}
