@@ -15,6 +15,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/gpudra/gpudra/pkg/compat"
 )
 
 // NodeSpec is one simulated GPU node: its name and simulation profile (a
@@ -179,6 +181,9 @@ type Cluster struct {
 	mu         sync.Mutex
 	client     kubernetes.Interface
 	httpClient map[bool]*http.Client // by insecure
+	// names of the driver the last InstallDriver installed (its
+	// compatibility value); nil: those of cfg.Values.
+	names *compat.Names
 }
 
 // New returns the cluster of cfg; progress goes to out.

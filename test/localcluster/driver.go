@@ -16,8 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	v1alpha1 "github.com/gpudra/gpudra/api/v1alpha1"
-	"github.com/gpudra/gpudra/pkg/deviceclass"
+	"github.com/gpudra/gpudra/pkg/compat"
 	"github.com/gpudra/gpudra/test/images"
 )
 
@@ -61,8 +60,40 @@ func (c *Cluster) InstallDriver(ctx context.Context, extra ...string) error {
 	if err != nil {
 		return fmt.Errorf("helm: %w", err)
 	}
+	n := namesOfValues(append(append([]string{}, c.cfg.Values...), extra...))
+	c.mu.Lock()
+	c.names = &n
+	c.mu.Unlock()
 	c.logf("helm: %s", firstLine(out))
 	return c.WaitDriver(ctx)
+}
+
+// namesOfValues returns the names of the driver that --set values install:
+// the last compatibility=... value decides (pkg/compat).
+func namesOfValues(values []string) compat.Names {
+	mode := compat.Native
+	for _, v := range values {
+		if key, val, ok := strings.Cut(v, "="); ok && key == "compatibility" {
+			if m, err := compat.ParseMode(val); err == nil {
+				mode = m
+			}
+		}
+	}
+	driver, err := compat.DriverFor(mode, "")
+	if err != nil {
+		return compat.Default()
+	}
+	return compat.ForDriver(driver)
+}
+
+// Names are the names of the installed driver: its driver name and classes.
+func (c *Cluster) Names() compat.Names {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.names != nil {
+		return *c.names
+	}
+	return namesOfValues(c.cfg.Values)
 }
 
 func firstLine(s string) string {
@@ -80,6 +111,7 @@ func (c *Cluster) WaitDriver(ctx context.Context) error {
 		return err
 	}
 	ns := c.cfg.Namespace
+	names := c.Names()
 	steps := []struct {
 		what  string
 		check func(context.Context) error
@@ -91,10 +123,10 @@ func (c *Cluster) WaitDriver(ctx context.Context) error {
 			return deploymentsReady(ctx, cs, ns)
 		}},
 		{"a ResourceSlice pool per node", func(ctx context.Context) error {
-			return c.poolsPublished(ctx, cs)
+			return c.poolsPublished(ctx, cs, names.Driver)
 		}},
-		{"the DeviceClasses " + deviceclass.GPUClassName + " and " + deviceclass.MIGClassName, func(ctx context.Context) error {
-			for _, name := range []string{deviceclass.GPUClassName, deviceclass.MIGClassName} {
+		{"the DeviceClasses " + names.GPUClass + " and " + names.MIGClass, func(ctx context.Context) error {
+			for _, name := range []string{names.GPUClass, names.MIGClass} {
 				if _, err := cs.ResourceV1().DeviceClasses().Get(ctx, name, metav1.GetOptions{}); err != nil {
 					return err
 				}
@@ -102,7 +134,7 @@ func (c *Cluster) WaitDriver(ctx context.Context) error {
 			return nil
 		}},
 		{"the webhook rejecting an invalid claim", func(ctx context.Context) error {
-			return webhookRejects(ctx, cs)
+			return webhookRejects(ctx, cs, names)
 		}},
 	}
 	for _, s := range steps {
@@ -160,20 +192,20 @@ func deploymentsReady(ctx context.Context, cs kubernetes.Interface, ns string) e
 	return nil
 }
 
-func (c *Cluster) poolsPublished(ctx context.Context, cs kubernetes.Interface) error {
+func (c *Cluster) poolsPublished(ctx context.Context, cs kubernetes.Interface, driver string) error {
 	list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
 	have := map[string]bool{}
 	for _, s := range list.Items {
-		if s.Spec.Driver == v1alpha1.DriverName {
+		if s.Spec.Driver == driver {
 			have[s.Spec.Pool.Name] = true
 		}
 	}
 	for _, n := range c.cfg.Nodes {
 		if !have[n.Name] {
-			return fmt.Errorf("no pool %s of %s yet", n.Name, v1alpha1.DriverName)
+			return fmt.Errorf("no pool %s of %s yet", n.Name, driver)
 		}
 	}
 	return nil
@@ -181,13 +213,13 @@ func (c *Cluster) poolsPublished(ctx context.Context, cs kubernetes.Interface) e
 
 // webhookRejects creates (server-side dry run) a claim whose parameters are
 // invalid: only the driver's webhook can refuse it.
-func webhookRejects(ctx context.Context, cs kubernetes.Interface) error {
+func webhookRejects(ctx context.Context, cs kubernetes.Interface, names compat.Names) error {
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpudra-webhook-probe", Namespace: metav1.NamespaceDefault},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: deviceclass.GPUClassName}}},
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: names.GPUClass}}},
 			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
-				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: v1alpha1.DriverName,
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: names.Driver,
 					Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"resource.gpudra.io/v1alpha1","kind":"GpuClaimParameters","sharing":{"strategy":"NoSuchStrategy"}}`)}},
 			}}},
 		}},
