@@ -21,7 +21,9 @@ import (
 	"github.com/gpudra/gpudra/test/visiblegpus"
 )
 
-const driver = "gpu.gpudra.io"
+// driver is the driver the e2e helpers look at (TestNVIDIACompatibility
+// switches it while the chart runs in the NVIDIA compatibility mode).
+var driver = "gpu.gpudra.io"
 
 // namespace creates a fresh namespace for one test and deletes it after.
 func namespace(t *testing.T) string {
