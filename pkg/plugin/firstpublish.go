@@ -97,9 +97,9 @@ func firstSlices(driverName, nodeName string, nodeUID types.UID, resources resou
 }
 
 // Desired is what the publisher would publish now: the base devices with
-// the current health taints (for publishFirst).
+// the current health taints under their published keys (for publishFirst).
 func (p *publisher) Desired() resourceslice.DriverResources {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.desiredLocked()
+	return publishedTaintKeys(p.names, p.desiredLocked())
 }

@@ -40,6 +40,9 @@ func TestPublishedTaintKeys(t *testing.T) {
 				t.Errorf("%s: taint %d has key %q, want %q", tc.driver, i, taints[i].Key, k)
 			}
 		}
+		if k := p.Desired().Pools["node-a"].Slices[0].Devices[1].Taints[0].Key; k != tc.want[0] {
+			t.Errorf("%s: the first publish would use taint key %q, want %q", tc.driver, k, tc.want[0])
+		}
 		if k := b.Pools["node-a"].Slices[0].Devices[1].Taints[0].Key; k != health.KeyLost {
 			t.Errorf("%s: the base's taint key became %q", tc.driver, k)
 		}
