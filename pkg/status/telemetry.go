@@ -58,7 +58,7 @@ func ParseUsage(r io.Reader) (map[string]Usage, error) {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			device := label(m, names.LabelDevice)
+			device := MetricLabel(m, names.LabelDevice)
 			u := out[device]
 			set(&u, m.GetGauge().GetValue())
 			out[device] = u
@@ -67,7 +67,8 @@ func ParseUsage(r io.Reader) (map[string]Usage, error) {
 	return out, nil
 }
 
-func label(m *dto.Metric, name string) string {
+// MetricLabel is the value of a metric's label (empty when it has none).
+func MetricLabel(m *dto.Metric, name string) string {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == name {
 			return l.GetValue()

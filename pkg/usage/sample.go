@@ -6,10 +6,10 @@ import (
 	"io"
 	"sort"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/gpudra/gpudra/pkg/status"
 	"github.com/gpudra/gpudra/pkg/telemetry/names"
 )
 
@@ -40,11 +40,11 @@ func ParseSamples(node string, r io.Reader) ([]Sample, error) {
 		names.MetricMemoryUsed:  mem,
 	} {
 		for _, m := range families[name].GetMetric() {
-			ns, pod := label(m, names.LabelPodNamespace), label(m, names.LabelPodName)
+			ns, pod := status.MetricLabel(m, names.LabelPodNamespace), status.MetricLabel(m, names.LabelPodName)
 			if pod == "" {
 				continue
 			}
-			into[key{ns + "/" + pod, label(m, names.LabelDevice)}] = m.GetGauge().GetValue()
+			into[key{ns + "/" + pod, status.MetricLabel(m, names.LabelDevice)}] = m.GetGauge().GetValue()
 		}
 	}
 	byPod := map[string]*Sample{}
@@ -82,13 +82,4 @@ func ParseNodes(bodies map[string][]byte) ([]Sample, map[string]error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })
 	return out, errs
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
