@@ -31,10 +31,17 @@ const (
 	ModelLabel = "gpudra.io/managed"
 	// ProductNameAnnotation holds the productName a per-model class selects.
 	ProductNameAnnotation = "gpudra.io/product-name"
+	// MIGProfileAnnotation holds the MIG profile a per-profile class
+	// selects; such a class carries ModelLabel too.
+	MIGProfileAnnotation = "gpudra.io/mig-profile"
 )
 
-// modelSuffix ends the name of every per-model class.
-const modelSuffix = "." + GPUClassName
+// modelSuffix ends the name of every per-model class, profileSuffix that of
+// every per-profile MIG class.
+const (
+	modelSuffix   = "." + GPUClassName
+	profileSuffix = "." + MIGClassName
+)
 
 // BaseSelector is the CEL expression that selects devices of the driver with
 // the given type attribute ("gpu" or "mig").
@@ -75,6 +82,58 @@ func ModelClass(productName string) (*resourceapi.DeviceClass, error) {
 	c.Labels[ModelLabel] = "true"
 	c.Annotations = map[string]string{ProductNameAnnotation: productName}
 	return c, nil
+}
+
+// MIGProfileSelector is BaseSelector("mig") restricted to one MIG profile.
+func MIGProfileSelector(profile string) string {
+	return fmt.Sprintf(`%s && device.attributes[%s].profile == %s`,
+		BaseSelector("mig"), celString(v1alpha1.DriverName), celString(profile))
+}
+
+// MIGProfileClass returns the per-profile class for a MIG profile such as
+// "1g.10gb", with spec.extendedResourceName set to extendedResourcePrefix
+// followed by the profile (nvidia.com/mig- gives nvidia.com/mig-1g.10gb, the
+// device plugin's name) unless the prefix is empty.
+func MIGProfileClass(profile, extendedResourcePrefix string) (*resourceapi.DeviceClass, error) {
+	name, err := ClassNameForMIGProfile(profile)
+	if err != nil {
+		return nil, err
+	}
+	c := newClass(name, MIGProfileSelector(profile))
+	c.Labels[ModelLabel] = "true"
+	c.Annotations = map[string]string{MIGProfileAnnotation: profile}
+	if extendedResourcePrefix != "" {
+		ern := extendedResourcePrefix + profileToken(profile)
+		if errs := validation.IsQualifiedName(ern); len(errs) > 0 || !strings.Contains(ern, "/") {
+			return nil, fmt.Errorf("extended resource name %q for MIG profile %q is not a qualified name <domain>/<name> (%s); "+
+				"fix --mig-extended-resource-prefix", ern, profile, strings.Join(errs, "; "))
+		}
+		c.Spec.ExtendedResourceName = ptr.To(ern)
+	}
+	return c, nil
+}
+
+// profileToken writes a MIG profile the way NVIDIA's device plugin names its
+// resources: lower case, "+" (1g.10gb+me) turned into ".".
+func profileToken(profile string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimSpace(profile)), "+", ".")
+}
+
+// ClassNameForMIGProfile derives the per-profile class name from a MIG
+// profile: "1g.10gb" becomes "1g.10gb.mig.gpudra.io", "1g.10gb+me"
+// "1g.10gb.me.mig.gpudra.io".
+func ClassNameForMIGProfile(profile string) (string, error) {
+	name := profileToken(profile) + profileSuffix
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || profileToken(profile) == "" {
+		return "", fmt.Errorf("DeviceClass name %q derived from MIG profile %q is invalid: %s", name, profile, strings.Join(errs, "; "))
+	}
+	return name, nil
+}
+
+// isProfileClassName reports whether name has the form of a per-profile
+// MIG class.
+func isProfileClassName(name string) bool {
+	return strings.HasSuffix(name, profileSuffix) && name != MIGClassName
 }
 
 func newClass(name, selector string) *resourceapi.DeviceClass {

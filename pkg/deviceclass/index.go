@@ -12,7 +12,8 @@ import (
 // Informer index names.
 const (
 	// modelIndex maps a per-model class name to the ResourceSlices that
-	// have a GPU of that model.
+	// have a GPU of that model, and a per-profile MIG class name to those
+	// that have a MIG device of that profile.
 	modelIndex = "gpudra-model-class"
 	// classIndex maps a DeviceClass name to the ResourceClaims whose spec
 	// references it.
@@ -27,6 +28,31 @@ func attribute(d *resourceapi.Device, name string) (resourceapi.DeviceAttribute,
 	}
 	a, ok := d.Attributes[resourceapi.QualifiedName(v1alpha1.DriverName+"/"+name)]
 	return a, ok
+}
+
+// sliceMIGProfiles lists the profiles of the MIG devices (type "mig") in a
+// slice of the driver, each once: existing ones (static MIG) and the
+// placements of dynamic MIG alike.
+func sliceMIGProfiles(s *resourceapi.ResourceSlice) []string {
+	if s.Spec.Driver != v1alpha1.DriverName {
+		return nil
+	}
+	var out []string
+	for i := range s.Spec.Devices {
+		d := &s.Spec.Devices[i]
+		typ, ok := attribute(d, "type")
+		if !ok || typ.StringValue == nil || *typ.StringValue != "mig" {
+			continue
+		}
+		p, ok := attribute(d, "profile")
+		if !ok || p.StringValue == nil || strings.TrimSpace(*p.StringValue) == "" {
+			continue
+		}
+		if !slices.Contains(out, *p.StringValue) {
+			out = append(out, *p.StringValue)
+		}
+	}
+	return out
 }
 
 // sliceProducts lists the productNames of the whole GPUs (type "gpu") in a
@@ -54,8 +80,8 @@ func sliceProducts(s *resourceapi.ResourceSlice) []string {
 }
 
 // indexSliceModels is the modelIndex function: the per-model class names of
-// a slice's GPUs. Models whose name cannot be turned into a class name are
-// skipped.
+// a slice's GPUs and the per-profile class names of its MIG devices. Models
+// and profiles whose name cannot be turned into a class name are skipped.
 func indexSliceModels(obj any) ([]string, error) {
 	s, ok := obj.(*resourceapi.ResourceSlice)
 	if !ok {
@@ -64,6 +90,11 @@ func indexSliceModels(obj any) ([]string, error) {
 	var names []string
 	for _, p := range sliceProducts(s) {
 		if n, err := ClassNameForProduct(p); err == nil && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	for _, p := range sliceMIGProfiles(s) {
+		if n, err := ClassNameForMIGProfile(p); err == nil && !slices.Contains(names, n) {
 			names = append(names, n)
 		}
 	}

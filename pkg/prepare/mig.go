@@ -132,7 +132,7 @@ func migInstance(d checkpoint.Device) *cdi.MIGInstance {
 	if d.MIG == nil {
 		return nil
 	}
-	return &cdi.MIGInstance{UUID: d.UUID, GIID: d.MIG.GIID, CIID: d.MIG.CIID}
+	return &cdi.MIGInstance{UUID: d.UUID, GIID: d.MIG.GIID, CIID: d.MIG.CIID, Profile: d.MIG.Profile}
 }
 
 // parentConflict: a MIG device also conflicts with whoever holds its parent
