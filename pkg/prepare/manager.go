@@ -271,11 +271,3 @@ func (m *Manager) forget(rec *checkpoint.ClaimRecord) error {
 	}
 	return nil
 }
-
-func recordDeviceNames(rec *checkpoint.ClaimRecord) []string {
-	names := make([]string, 0, len(rec.Devices))
-	for _, d := range rec.Devices {
-		names = append(names, d.Name)
-	}
-	return names
-}

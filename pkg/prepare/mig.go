@@ -137,11 +137,11 @@ func migInstance(d checkpoint.Device) *cdi.MIGInstance {
 
 // parentConflict: a MIG device also conflicts with whoever holds its parent
 // GPU (a whole-GPU claim that outlived its pod).
-func (m *Manager) parentConflict(p planned, uid string) (checkpoint.Holder, bool, error) {
-	if p.record.MIG == nil {
+func (m *Manager) parentConflict(d device, uid string) (checkpoint.Holder, bool, error) {
+	if d.MIG == nil {
 		return checkpoint.Holder{}, false, nil
 	}
-	return m.conflict(p.record.MIG.Parent, uid, p.access)
+	return m.conflict(d.MIG.Parent, uid, d.access())
 }
 
 // realizeMIG creates the claim's dynamic MIG devices and frees dynamically

@@ -14,7 +14,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/model"
 )
 
@@ -104,7 +103,7 @@ func (c *MPSControl) ClaimDir(claimUID string) string { return filepath.Join(c.o
 // instance made it) is stopped through its pipe first; if it does not stop,
 // Start fails and leaves it and its directory alone. On error nothing Start
 // started is left running.
-func (c *MPSControl) Start(ctx context.Context, claimUID string, d *checkpoint.MPSDaemon) error {
+func (c *MPSControl) Start(ctx context.Context, claimUID string, d *MPSDaemon) error {
 	if err := model.ValidateUID(claimUID); err != nil {
 		return err
 	}
@@ -233,7 +232,7 @@ type EnsureResult struct {
 // started it; otherwise the dead daemon's leftovers are removed and a new
 // one is started with the same settings (d.PID changes), and the result
 // says so.
-func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *checkpoint.MPSDaemon) (EnsureResult, error) {
+func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *MPSDaemon) (EnsureResult, error) {
 	if err := model.ValidateUID(claimUID); err != nil {
 		return EnsureResult{}, err
 	}

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
-
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 )
 
 // probeCommand is the query that tells whether a daemon answers. It only
@@ -67,7 +65,7 @@ func (c *MPSControl) run(ctx context.Context, dir string, timeout time.Duration,
 
 // waitAnswering waits until a daemon just started answers its pipe (its
 // control entry can exist a moment before it accepts connections).
-func (c *MPSControl) waitAnswering(ctx context.Context, d *checkpoint.MPSDaemon, done <-chan struct{}) error {
+func (c *MPSControl) waitAnswering(ctx context.Context, d *MPSDaemon, done <-chan struct{}) error {
 	deadline := time.NewTimer(c.opts.StartTimeout)
 	defer deadline.Stop()
 	delay := 2 * time.Millisecond
@@ -103,7 +101,7 @@ func (c *MPSControl) tail(dir string) string {
 }
 
 // Commands returns the control commands that apply d's settings.
-func Commands(d *checkpoint.MPSDaemon) []string {
+func Commands(d *MPSDaemon) []string {
 	var cmds []string
 	if d.ActiveThreadPercentage > 0 {
 		cmds = append(cmds, fmt.Sprintf("set_default_active_thread_percentage %d", d.ActiveThreadPercentage))
