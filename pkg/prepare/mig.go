@@ -157,7 +157,8 @@ func (m *Manager) realizeMIG(ctx context.Context, rec *checkpoint.ClaimRecord) e
 			t := m.migs[d.Name]
 			inst, err := m.cfg.MIG.Create(d.MIG.ParentUUID, t.profile, t.start)
 			if err != nil {
-				return migError(fmt.Errorf("create MIG device %s (%s at memory slice %d of %s): %w", d.Name, t.profile.Name, t.start, d.MIG.Parent, err))
+				// pkg/mig names the profile, the placement and the GPU.
+				return migError(fmt.Errorf("create MIG device %s: %w", d.Name, err))
 			}
 			d.UUID, d.MIG.GIID, d.MIG.CIID = inst.UUID, inst.GIID, inst.CIID
 			created = true

@@ -31,7 +31,8 @@ type MPSDaemonEvent struct {
 	OldPID, NewPID int
 	// Reason is why the old daemon counted as gone.
 	Reason string
-	Err    error
+	// Err is why a new one could not be started (it does not repeat Reason).
+	Err error
 }
 
 // ensureMPS makes sure the daemon of a completed claim answers, starting it
@@ -50,6 +51,11 @@ func (m *Manager) ensureMPS(ctx context.Context, rec *checkpoint.ClaimRecord) (b
 		return false, err
 	}
 	ev := MPSDaemonEvent{ClaimUID: rec.UID, Claim: rec.Namespace + "/" + rec.Name, OldPID: res.OldPID, Reason: res.Reason, Err: err}
+	if err != nil {
+		// The event has the reason and the error apart; the caller's error
+		// names each once.
+		err = fmt.Errorf("%s; a new one could not be started: %w", res.Reason, err)
+	}
 	if err == nil {
 		rec.MPS = mpsRecord(d)
 		ev.NewPID = d.PID

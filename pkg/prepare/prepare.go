@@ -53,11 +53,10 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	if len(configs) == 0 {
 		return []kubeletplugin.Device{}, nil
 	}
-	devs, err := m.prepare(ctx, claim, configs, t)
-	if err != nil {
-		return nil, fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)
-	}
-	return devs, nil
+	// The error does not name the claim: whoever reports it does (the
+	// kubelet's "NodePrepareResources failed for ResourceClaim <name>: ",
+	// the log's claim key, the event on the claim).
+	return m.prepare(ctx, claim, configs, t)
 }
 
 func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim, configs []claimconfig.DeviceConfig, t *phaseTimer) ([]kubeletplugin.Device, error) {

@@ -231,7 +231,8 @@ type EnsureResult struct {
 // answers in the claim's directory is adopted, whichever plugin instance
 // started it; otherwise the dead daemon's leftovers are removed and a new
 // one is started with the same settings (d.PID changes), and the result
-// says so.
+// says so. If that start fails, the result still says why the old daemon
+// counted as gone, and the error is Start's.
 func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *MPSDaemon) (EnsureResult, error) {
 	if err := model.ValidateUID(claimUID); err != nil {
 		return EnsureResult{}, err
@@ -254,7 +255,7 @@ func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *MPSDaemon) 
 	res := EnsureResult{Replaced: true, OldPID: d.PID, Reason: err.Error()}
 	logger.Info("MPS control daemon of a prepared claim does not answer; starting a new one", "oldPID", d.PID, "reason", res.Reason)
 	if err := c.Start(ctx, claimUID, d); err != nil {
-		return res, fmt.Errorf("replace the MPS control daemon that does not answer (%s): %w", res.Reason, err)
+		return res, err // the caller has the reason; Start's error says what failed
 	}
 	return res, nil
 }

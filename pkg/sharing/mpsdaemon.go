@@ -58,7 +58,10 @@ func (c *MPSControl) run(ctx context.Context, dir string, timeout time.Duration,
 		if ctx.Err() != nil {
 			err = fmt.Errorf("no answer within %s: %w", timeout, err)
 		}
-		return out.String(), fmt.Errorf("send %q to the MPS control daemon in %s: %w: %s", cmds, dir, err, strings.TrimSpace(out.String()))
+		if said := strings.TrimSpace(out.String()); said != "" {
+			err = fmt.Errorf("%w: %s", err, said)
+		}
+		return out.String(), fmt.Errorf("MPS control command %q in %s: %w", cmds, dir, err)
 	}
 	return out.String(), nil
 }
