@@ -27,6 +27,31 @@ teardown() {
   fi
 }
 
+# summary prints one line per node: its GPUs by model, and its MIG devices
+# by profile (on a dynamic-MIG node every placement a claim could get).
+summary() {
+  # A Go template, not shell: its $node must stay literal.
+  # shellcheck disable=SC2016
+  "$kubectl" get resourceslices -o go-template='{{range .items}}{{$node := .spec.nodeName}}{{range .spec.devices}}{{$node}}{{"\t"}}{{.attributes.type.string}}{{"\t"}}{{.attributes.productName.string}}{{"\t"}}{{with .attributes.profile}}{{.string}}{{end}}{{"\n"}}{{end}}{{end}}' |
+    sort | awk -F'\t' '
+      !($1 in seen) { seen[$1] = 1; nodes[++n] = $1 }
+      $2 == "gpu" && !(($1, $3) in gpus) { gorder[$1] = gorder[$1] SUBSEP $3 }
+      $2 == "gpu" { gpus[$1, $3]++ }
+      $2 == "mig" && !(($1, $4) in migs) { morder[$1] = morder[$1] SUBSEP $4 }
+      $2 == "mig" { migs[$1, $4]++; nmig[$1]++ }
+      END {
+        printf "%-12s %-48s %s\n", "NODE", "GPUS", "MIG DEVICES (dynamic MIG: every placement a claim can get)"
+        for (i = 1; i <= n; i++) {
+          node = nodes[i]; g = ""; m = ""
+          k = split(gorder[node], names, SUBSEP)
+          for (j = 2; j <= k; j++) g = g (g ? ", " : "") gpus[node, names[j]] "x " names[j]
+          k = split(morder[node], names, SUBSEP)
+          for (j = 2; j <= k; j++) m = m (m ? ", " : "") migs[node, names[j]] "x " names[j]
+          printf "%-12s %-48s %s\n", node, (g ? g : "-"), (m ? nmig[node] " (" m ")" : "-")
+        }
+      }'
+}
+
 "$cluster" up
 trap teardown EXIT
 export KUBECONFIG
@@ -37,7 +62,7 @@ log "The driver, installed with helm; its DeviceClasses; the ResourceSlices its 
 "$kubectl" get nodes -o custom-columns='NODE:.metadata.name,RUNTIME:.status.nodeInfo.containerRuntimeVersion'
 "$kubectl" -n gpudra-system get pods -o wide
 "$kubectl" get deviceclasses
-"$kubectl" get resourceslices -o custom-columns='SLICE:.metadata.name,NODE:.spec.nodeName,DEVICES:.spec.devices[*].name'
+summary
 "$kubectl" create namespace "$ns" --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
 for _ in $(seq 60); do "$kubectl" -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
 
@@ -69,17 +94,21 @@ load_products() {
 # gpus prints a container's "GPU n: ... (UUID: X)" lines, one per device it
 # sees (MIG devices instead of their GPU), with the slice's product name.
 gpus() {
-  local out line uuid list=()
+  local out line uuid profile parent='?' list=()
   out=$("$kubectl" -n "$ns" logs "$1" -c "$2" 2>&1 || true)
   while IFS= read -r line; do
     if [[ $line =~ \(UUID:\ ([^\)]+)\) ]]; then
       uuid=${BASH_REMATCH[1]}
-      if [[ $line == *"MIG Device"* ]]; then
+      if [[ $line =~ ^[[:space:]]+MIG[[:space:]] ]]; then
         unset 'list[${#list[@]}-1]'  # the parent GPU's line
-        # A dynamic MIG device exists only while prepared: no slice lists it.
-        list+=("MIG ${products[$uuid]:-device} ($uuid)")
+        # "  MIG 1g.10gb     Device  0: (UUID: MIG-...)", like nvidia-smi -L;
+        # the parent's line above it names the product.
+        read -r _ profile _ <<<"$line"
+        [ "$profile" = Device ] && profile=${products[$uuid]:-device}
+        list+=("MIG $profile of $parent ($uuid)")
       else
-        list+=("${products[$uuid]:-?} ($uuid)")
+        parent=${products[$uuid]:-$(sed -E 's/^GPU [0-9]+: (.*) \(UUID: .*$/\1/' <<<"$line")}
+        list+=("$parent ($uuid)")
       fi
     fi
   done <<<"$out"

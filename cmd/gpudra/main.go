@@ -13,6 +13,7 @@ import (
 	"github.com/gpudra/gpudra/pkg/cli"
 	"github.com/gpudra/gpudra/pkg/compat"
 	"github.com/gpudra/gpudra/pkg/status"
+	"github.com/gpudra/gpudra/pkg/usage"
 )
 
 func main() { cli.Main(newCommand()) }
@@ -23,6 +24,17 @@ func newCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")
 	root.PersistentFlags().StringVar(&context, "context", "", "Kubeconfig context to use.")
 
+	newClient := func() (kubernetes.Interface, error) {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = kubeconfig
+		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+			&clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig: %w", err)
+		}
+		return kubernetes.NewForConfig(cfg)
+	}
+
 	var output, node, driver, compatibility string
 	var all, telemetry bool
 	var metricsURLs map[string]string
@@ -31,14 +43,7 @@ func newCommand() *cobra.Command {
 		Short: "Per node, every GPU: model, memory, use, health, taints, and the pod and claim holding it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = kubeconfig
-			cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-				&clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
-			if err != nil {
-				return fmt.Errorf("load kubeconfig: %w", err)
-			}
-			client, err := kubernetes.NewForConfig(cfg)
+			client, err := newClient()
 			if err != nil {
 				return err
 			}
@@ -72,7 +77,7 @@ func newCommand() *cobra.Command {
 		"Show each device's memory in use and utilization from its node's plugin /metrics (read through the API server's pod proxy: needs get on pods/proxy).")
 	statusCmd.Flags().StringToStringVar(&metricsURLs, "metrics-url", nil,
 		"Read the plugin metrics of these nodes from URLs instead of the plugin pods, e.g. gpu-h100=http://127.0.0.1:30900/metrics (port forwards, plugins outside pods).")
-	root.AddCommand(statusCmd)
+	root.AddCommand(statusCmd, usage.NewCommand(newClient))
 	return root
 }
 

@@ -17,6 +17,8 @@ type MIGInstance struct {
 	UUID string
 	GIID int
 	CIID int
+	// Profile, e.g. "1g.10gb"; empty when unknown.
+	Profile string
 }
 
 // MIGCaps supplies the capability device nodes that give a container access

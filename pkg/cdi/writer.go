@@ -49,6 +49,32 @@ type ClaimDevice struct {
 	Mounts []*cdispec.Mount
 }
 
+// identityEnv names a device to the container, so that it can list its
+// GPUs like nvidia-smi -L without NVML: GPUDRA_GPU_<minor>=<uuid> for a
+// whole GPU, GPUDRA_MIG_<minor>_<gi>_<ci>=<uuid> and ..._PROFILE=<profile>
+// for a MIG device with GPUDRA_MIG_<minor>_PARENT=<the GPU's uuid>, and the
+// GPU's product name in GPUDRA_GPU_<minor>_PRODUCT. Each variable is unique
+// per device or equal in every device that sets it (two MIG devices of one
+// GPU), so the devices of several claims in one container never clash.
+func identityEnv(d ClaimDevice) []string {
+	minor := strconv.Itoa(d.GPU.Minor)
+	var env []string
+	if d.MIG == nil {
+		env = append(env, "GPUDRA_GPU_"+minor+"="+d.GPU.UUID)
+	} else {
+		mig := fmt.Sprintf("GPUDRA_MIG_%s_%d_%d", minor, d.MIG.GIID, d.MIG.CIID)
+		env = append(env, mig+"="+d.MIG.UUID)
+		if d.MIG.Profile != "" {
+			env = append(env, mig+"_PROFILE="+d.MIG.Profile)
+		}
+		env = append(env, "GPUDRA_MIG_"+minor+"_PARENT="+d.GPU.UUID)
+	}
+	if d.GPU.ProductName != "" {
+		env = append(env, "GPUDRA_GPU_"+minor+"_PRODUCT="+d.GPU.ProductName)
+	}
+	return env
+}
+
 // Writer writes and removes the per-claim specs in one CDI directory.
 type Writer struct {
 	dir     string
@@ -117,17 +143,15 @@ func (w *Writer) Spec(claimUID string, devices []ClaimDevice) (*cdispec.Spec, er
 			return nil, err
 		}
 		e := *edits
-		own := "GPUDRA_GPU_" + strconv.Itoa(d.GPU.Minor) + "=" + d.GPU.UUID
+		own := identityEnv(d)
 		if d.MIG != nil {
 			if e, err = w.migEdits(d, edits); err != nil {
 				return nil, err
 			}
-			own = fmt.Sprintf("GPUDRA_MIG_%d_%d_%d=%s", d.GPU.Minor, d.MIG.GIID, d.MIG.CIID, d.MIG.UUID)
 		}
-		e.Env = append(append([]string{
+		e.Env = append(append(append([]string{
 			"NVIDIA_VISIBLE_DEVICES=" + strings.Join(d.VisibleUUIDs, ","),
-			own,
-		}, edits.Env...), d.Env...)
+		}, own...), edits.Env...), d.Env...)
 		e.Mounts = append(append([]*cdispec.Mount{}, edits.Mounts...), d.Mounts...)
 		if len(e.Mounts) == 0 {
 			e.Mounts = nil

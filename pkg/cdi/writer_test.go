@@ -197,3 +197,27 @@ func TestCachedEditsUnreachableGPU(t *testing.T) {
 	_, err = edits.Device(&lost[1])
 	require.ErrorContains(t, err, "did not answer NVML when the plugin started")
 }
+
+// identityEnv gives the container what gpudra-gpus needs to print a device
+// like nvidia-smi -L: the product, and for a MIG device its profile and
+// parent GPU.
+func TestIdentityEnv(t *testing.T) {
+	noName := model.GPU{Minor: 5, UUID: "GPU-cc"}
+	for _, tc := range []struct {
+		name string
+		d    ClaimDevice
+		want []string
+	}{
+		{"whole GPU", ClaimDevice{GPU: &gpus[1]},
+			[]string{"GPUDRA_GPU_3=" + gpus[1].UUID, "GPUDRA_GPU_3_PRODUCT=NVIDIA H100 80GB HBM3"}},
+		{"MIG device", ClaimDevice{GPU: &gpus[1], MIG: &MIGInstance{UUID: "MIG-dd", GIID: 2, CIID: 0, Profile: "1g.10gb+me"}},
+			[]string{"GPUDRA_MIG_3_2_0=MIG-dd", "GPUDRA_MIG_3_2_0_PROFILE=1g.10gb+me", "GPUDRA_MIG_3_PARENT=" + gpus[1].UUID,
+				"GPUDRA_GPU_3_PRODUCT=NVIDIA H100 80GB HBM3"}},
+		{"MIG device without profile, GPU without name", ClaimDevice{GPU: &noName, MIG: &MIGInstance{UUID: "MIG-ee", GIID: 1, CIID: 1}},
+			[]string{"GPUDRA_MIG_5_1_1=MIG-ee", "GPUDRA_MIG_5_PARENT=GPU-cc"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, identityEnv(tc.d))
+		})
+	}
+}

@@ -64,6 +64,10 @@ type Options struct {
 	PerModelClasses     bool
 	// ExtendedResourceName for the gpu.gpudra.io class; empty leaves it out.
 	ExtendedResourceName string
+	// PerProfileMIGClasses keeps one class per MIG profile; each gets the
+	// extended resource MIGExtendedResourcePrefix+profile when the prefix is set.
+	PerProfileMIGClasses      bool
+	MIGExtendedResourcePrefix string
 	// DriverName is the driver whose classes and configurations the
 	// controller serves; Compatibility (--compatibility=nvidia) sets it to
 	// gpu.nvidia.com in Validate.
@@ -119,6 +123,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Also keep one DeviceClass per GPU model found in ResourceSlices, e.g. h100-80gb-hbm3.gpu.gpudra.io.")
 	fs.StringVar(&o.ExtendedResourceName, "extended-resource-name", "",
 		"Extended resource served through the gpu.gpudra.io class (e.g. nvidia.com/gpu, so device-plugin style pods get DRA GPUs); empty for none.")
+	fs.BoolVar(&o.PerProfileMIGClasses, "per-profile-mig-classes", true,
+		"Also keep one DeviceClass per MIG profile found in ResourceSlices, e.g. 1g.10gb.mig.gpudra.io.")
+	fs.StringVar(&o.MIGExtendedResourcePrefix, "mig-extended-resource-prefix", "",
+		"With --per-profile-mig-classes: each MIG profile class serves the extended resource <prefix><profile> "+
+			"(nvidia.com/mig- gives nvidia.com/mig-1g.10gb, the device plugin's names; a profile's + becomes .); empty for none.")
 }
 
 // Validate reports settings that cannot work, naming the flag to fix.

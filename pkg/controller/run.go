@@ -180,8 +180,9 @@ func runLeaderWork(ctx context.Context, opts *Options, client kubernetes.Interfa
 	if opts.ManageDeviceClasses {
 		factory := informers.NewSharedInformerFactory(client, 0)
 		ctrl, err := deviceclass.New(client, factory, recorder, deviceclass.Options{
-			PerModelClasses: opts.PerModelClasses, ExtendedResourceName: opts.ExtendedResourceName, Metrics: metrics,
-			Names: opts.Names()})
+			PerModelClasses: opts.PerModelClasses, ExtendedResourceName: opts.ExtendedResourceName,
+			PerProfileMIGClasses: opts.PerProfileMIGClasses, MIGExtendedResourcePrefix: opts.MIGExtendedResourcePrefix,
+			Metrics: metrics, Names: opts.Names()})
 		if err != nil {
 			logger.Error(err, "Cannot set up the DeviceClass controller")
 		} else {

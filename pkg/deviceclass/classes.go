@@ -32,10 +32,15 @@ const (
 	ModelLabel = "gpudra.io/managed"
 	// ProductNameAnnotation holds the productName a per-model class selects.
 	ProductNameAnnotation = "gpudra.io/product-name"
+	// MIGProfileAnnotation holds the MIG profile a per-profile class
+	// selects; such a class carries ModelLabel too.
+	MIGProfileAnnotation = "gpudra.io/mig-profile"
 )
 
-// modelSuffix ends the name of every per-model class of the driver n.
-func modelSuffix(n compat.Names) string { return "." + n.GPUClass }
+// modelSuffix ends the name of every per-model class of the driver n,
+// profileSuffix that of every per-profile MIG class.
+func modelSuffix(n compat.Names) string   { return "." + n.GPUClass }
+func profileSuffix(n compat.Names) string { return "." + n.MIGClass }
 
 // BaseSelector is the CEL expression that selects devices of the native
 // driver with the given type attribute ("gpu" or "mig").
@@ -91,6 +96,72 @@ func modelClassFor(n compat.Names, productName string) (*resourceapi.DeviceClass
 	c.Labels[ModelLabel] = "true"
 	c.Annotations = map[string]string{ProductNameAnnotation: productName}
 	return c, nil
+}
+
+// MIGProfileSelector is BaseSelector("mig") restricted to one MIG profile.
+func MIGProfileSelector(profile string) string {
+	return migProfileSelectorFor(compat.Default(), profile)
+}
+
+func migProfileSelectorFor(n compat.Names, profile string) string {
+	return fmt.Sprintf(`%s && device.attributes[%s].profile == %s`,
+		SelectorFor(n, "mig"), celString(n.Driver), celString(profile))
+}
+
+// MIGProfileClass returns the per-profile class for a MIG profile such as
+// "1g.10gb", with spec.extendedResourceName set to extendedResourcePrefix
+// followed by the profile (nvidia.com/mig- gives nvidia.com/mig-1g.10gb, the
+// device plugin's name) unless the prefix is empty.
+func MIGProfileClass(profile, extendedResourcePrefix string) (*resourceapi.DeviceClass, error) {
+	return migProfileClassFor(compat.Default(), profile, extendedResourcePrefix)
+}
+
+func migProfileClassFor(n compat.Names, profile, extendedResourcePrefix string) (*resourceapi.DeviceClass, error) {
+	name, err := classNameForMIGProfile(n, profile)
+	if err != nil {
+		return nil, err
+	}
+	c := newClass(name, migProfileSelectorFor(n, profile))
+	c.Labels[ModelLabel] = "true"
+	c.Annotations = map[string]string{MIGProfileAnnotation: profile}
+	if extendedResourcePrefix != "" {
+		ern := extendedResourcePrefix + profileToken(profile)
+		if errs := validation.IsQualifiedName(ern); len(errs) > 0 || !strings.Contains(ern, "/") {
+			return nil, fmt.Errorf("extended resource name %q for MIG profile %q is not a qualified name <domain>/<name> (%s); "+
+				"fix --mig-extended-resource-prefix", ern, profile, strings.Join(errs, "; "))
+		}
+		c.Spec.ExtendedResourceName = ptr.To(ern)
+	}
+	return c, nil
+}
+
+// profileToken writes a MIG profile the way NVIDIA's device plugin names its
+// resources: lower case, "+" (1g.10gb+me) turned into ".".
+func profileToken(profile string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimSpace(profile)), "+", ".")
+}
+
+// ClassNameForMIGProfile derives the per-profile class name from a MIG
+// profile: "1g.10gb" becomes "1g.10gb.mig.gpudra.io", "1g.10gb+me"
+// "1g.10gb.me.mig.gpudra.io".
+func ClassNameForMIGProfile(profile string) (string, error) {
+	return classNameForMIGProfile(compat.Default(), profile)
+}
+
+// classNameForMIGProfile is ClassNameForMIGProfile for the driver n (suffix
+// .<n.MIGClass>).
+func classNameForMIGProfile(n compat.Names, profile string) (string, error) {
+	name := profileToken(profile) + profileSuffix(n)
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || profileToken(profile) == "" {
+		return "", fmt.Errorf("DeviceClass name %q derived from MIG profile %q is invalid: %s", name, profile, strings.Join(errs, "; "))
+	}
+	return name, nil
+}
+
+// isProfileClassName reports whether name has the form of a per-profile
+// MIG class of the driver n.
+func isProfileClassName(n compat.Names, name string) bool {
+	return strings.HasSuffix(name, profileSuffix(n)) && name != n.MIGClass
 }
 
 func newClass(name, selector string) *resourceapi.DeviceClass {

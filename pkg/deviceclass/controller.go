@@ -28,6 +28,12 @@ import (
 type Options struct {
 	// PerModelClasses enables one DeviceClass per GPU productName.
 	PerModelClasses bool
+	// PerProfileMIGClasses enables one DeviceClass per MIG profile.
+	PerProfileMIGClasses bool
+	// MIGExtendedResourcePrefix, when set, names each per-profile class's
+	// extended resource: the prefix followed by the profile (nvidia.com/mig-
+	// gives nvidia.com/mig-1g.10gb).
+	MIGExtendedResourcePrefix string
 	// ExtendedResourceName, when set, goes into spec.extendedResourceName of
 	// the gpu.gpudra.io class (e.g. nvidia.com/gpu).
 	ExtendedResourceName string
@@ -36,7 +42,7 @@ type Options struct {
 	// Metrics records reconciles; nil records nothing.
 	Metrics *Metrics
 	// Names are the driver's names (class names, the driver whose slices
-	// name the models); the zero value is gpudra's native names.
+	// name the models and profiles); the zero value is gpudra's native names.
 	Names compat.Names
 }
 
@@ -89,7 +95,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		return nil, fmt.Errorf("watch DeviceClasses: %w", err)
 	}
 	c.synced = append(c.synced, classInformer.Informer().HasSynced)
-	if !opts.PerModelClasses {
+	if !opts.PerModelClasses && !opts.PerProfileMIGClasses {
 		return c, nil
 	}
 
@@ -120,9 +126,16 @@ func (c *Controller) onClass(obj any) {
 		obj = tomb.Obj
 	}
 	class, ok := obj.(*resourceapi.DeviceClass)
-	if ok && (c.base[class.Name] != nil || (c.opts.PerModelClasses && isModelClassName(c.opts.Names, class.Name))) {
+	if ok && (c.base[class.Name] != nil || c.derived(class.Name)) {
 		c.queue.Add(class.Name)
 	}
+}
+
+// derived reports whether name has the form of a class the controller
+// derives from the slices under its options: per-model or per-profile.
+func (c *Controller) derived(name string) bool {
+	return (c.opts.PerModelClasses && isModelClassName(c.opts.Names, name)) ||
+		(c.opts.PerProfileMIGClasses && isProfileClassName(c.opts.Names, name))
 }
 
 // enqueueVia returns handlers that enqueue the class names index finds in the
@@ -151,7 +164,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting the DeviceClass controller", "perModelClasses", c.opts.PerModelClasses,
-		"extendedResourceName", c.opts.ExtendedResourceName)
+		"extendedResourceName", c.opts.ExtendedResourceName, "perProfileMIGClasses", c.opts.PerProfileMIGClasses,
+		"migExtendedResourcePrefix", c.opts.MIGExtendedResourcePrefix)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
 		return fmt.Errorf("DeviceClass controller: informers did not sync: %w", context.Cause(ctx))
 	}
@@ -195,43 +209,56 @@ func (c *Controller) processNext(ctx context.Context) bool {
 }
 
 // sync brings one class to its desired state: a base class is kept as
-// BaseClasses says, a model class exists while a slice has the model and is
-// deleted when no slice has it and no claim references it.
+// BaseClasses says, a model (or MIG profile) class exists while a slice has
+// the model (a MIG device of the profile) and is deleted when no slice has it
+// and no claim references it.
 func (c *Controller) sync(ctx context.Context, name string) error {
 	if desired := c.base[name]; desired != nil {
 		return c.ensure(ctx, desired)
 	}
-	if !c.opts.PerModelClasses || !isModelClassName(c.opts.Names, name) {
-		// With per-model classes off, existing ones are left alone: the
-		// claims that might use them are not watched.
+	if !c.derived(name) {
+		// With per-model (per-profile) classes off, existing ones are left
+		// alone: the claims that might use them are not watched.
 		return nil
 	}
-	product, err := c.productFor(ctx, name)
+	n := c.opts.Names
+	kind, list, derive := "model", sliceProducts, classNameForProduct
+	if isProfileClassName(n, name) {
+		kind, list, derive = "MIG profile", sliceMIGProfiles, classNameForMIGProfile
+	}
+	key, err := c.keyFor(ctx, name, kind, list, derive)
 	if err != nil {
 		return err
 	}
-	if product == "" {
+	if key == "" {
 		return c.deleteUnused(ctx, name)
 	}
-	desired, err := modelClassFor(c.opts.Names, product)
+	var desired *resourceapi.DeviceClass
+	if isProfileClassName(n, name) {
+		desired, err = migProfileClassFor(n, key, c.opts.MIGExtendedResourcePrefix)
+	} else {
+		desired, err = modelClassFor(n, key)
+	}
 	if err != nil {
 		return err
 	}
 	return c.ensure(ctx, desired)
 }
 
-// productFor returns the productName whose class is name, if any slice of
-// the driver has a GPU of that model. Should two productNames map to the same
-// name, the first in sort order gets the class.
-func (c *Controller) productFor(ctx context.Context, name string) (string, error) {
+// keyFor returns the productName (MIG profile) whose class is name, if any
+// slice of the driver has a GPU of that model (a MIG device of that profile).
+// Should two keys map to the same name, the first in sort order gets the
+// class.
+func (c *Controller) keyFor(ctx context.Context, name, kind string, list func(compat.Names, *resourceapi.ResourceSlice) []string,
+	derive func(compat.Names, string) (string, error)) (string, error) {
 	objs, err := c.sliceIndex.ByIndex(modelIndex, name)
 	if err != nil {
-		return "", fmt.Errorf("look up ResourceSlices with model %s: %w", name, err)
+		return "", fmt.Errorf("look up ResourceSlices with %s %s: %w", kind, name, err)
 	}
 	var products []string
 	for _, obj := range objs {
-		for _, p := range sliceProducts(c.opts.Names, obj.(*resourceapi.ResourceSlice)) {
-			if n, err := classNameForProduct(c.opts.Names, p); err == nil && n == name && !slices.Contains(products, p) {
+		for _, p := range list(c.opts.Names, obj.(*resourceapi.ResourceSlice)) {
+			if n, err := derive(c.opts.Names, p); err == nil && n == name && !slices.Contains(products, p) {
 				products = append(products, p)
 			}
 		}
@@ -241,8 +268,8 @@ func (c *Controller) productFor(ctx context.Context, name string) (string, error
 	}
 	slices.Sort(products)
 	if len(products) > 1 {
-		klog.FromContext(ctx).Info("Several GPU models map to the same DeviceClass name; only the first gets a class",
-			"productNames", products, "chosen", products[0])
+		klog.FromContext(ctx).Info("Several GPU models or MIG profiles map to the same DeviceClass name; only the first gets a class",
+			"kind", kind, "names", products, "chosen", products[0])
 	}
 	return products[0], nil
 }
@@ -321,7 +348,7 @@ func (c *Controller) deleteUnused(ctx context.Context, name string) error {
 		return fmt.Errorf("look up ResourceClaims using DeviceClass %s: %w", name, err)
 	}
 	if len(claims) > 0 {
-		logger.V(2).Info("No GPU of this model is left, but claims still reference the class; keeping it",
+		logger.V(2).Info("No GPU of this model (MIG device of this profile) is left, but claims still reference the class; keeping it",
 			"claims", len(claims), "example", klog.KObj(claims[0].(*resourceapi.ResourceClaim)))
 		return nil
 	}
@@ -333,7 +360,7 @@ func (c *Controller) deleteUnused(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("delete unused DeviceClass %s: %w", name, err)
 	}
-	logger.Info("Deleted DeviceClass: no GPU of its model is left and no claim references it",
-		"productName", existing.Annotations[ProductNameAnnotation])
+	logger.Info("Deleted DeviceClass: no GPU of its model (MIG device of its profile) is left and no claim references it",
+		"productName", existing.Annotations[ProductNameAnnotation], "migProfile", existing.Annotations[MIGProfileAnnotation])
 	return nil
 }

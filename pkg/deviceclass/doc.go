@@ -16,6 +16,16 @@
 // not considered: a template naming a vanished model produces claims that
 // cannot be allocated anyway.
 //
+// With per-profile MIG classes on, it likewise keeps one class per MIG
+// profile that a slice of the driver has a MIG device of (an existing one,
+// or a dynamic-MIG placement): 1g.10gb.mig.gpudra.io selects MIG devices of
+// profile 1g.10gb. With a prefix such as nvidia.com/mig- the class also sets
+// spec.extendedResourceName to nvidia.com/mig-1g.10gb, so a pod written for
+// NVIDIA's device plugin (resources.limits: nvidia.com/mig-1g.10gb: 1) gets
+// a DRA MIG device. They carry the same label as per-model classes and the
+// profile in the gpudra.io/mig-profile annotation, and are deleted the same
+// way.
+//
 // The controller owns the classes labelled app.kubernetes.io/managed-by=
 // gpudra-controller (all it creates) or gpudra.io/managed=true (the per-model
 // ones, which also carry the productName in the gpudra.io/product-name

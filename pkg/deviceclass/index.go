@@ -12,7 +12,8 @@ import (
 // Informer index names.
 const (
 	// modelIndex maps a per-model class name to the ResourceSlices that
-	// have a GPU of that model.
+	// have a GPU of that model, and a per-profile MIG class name to those
+	// that have a MIG device of that profile.
 	modelIndex = "gpudra-model-class"
 	// classIndex maps a DeviceClass name to the ResourceClaims whose spec
 	// references it.
@@ -27,6 +28,31 @@ func attribute(n compat.Names, d *resourceapi.Device, name string) (resourceapi.
 	}
 	a, ok := d.Attributes[resourceapi.QualifiedName(n.Attribute(name))]
 	return a, ok
+}
+
+// sliceMIGProfiles lists the profiles of the MIG devices (type "mig") in a
+// slice of the driver n, each once: existing ones (static MIG) and the
+// placements of dynamic MIG alike.
+func sliceMIGProfiles(n compat.Names, s *resourceapi.ResourceSlice) []string {
+	if s.Spec.Driver != n.Driver {
+		return nil
+	}
+	var out []string
+	for i := range s.Spec.Devices {
+		d := &s.Spec.Devices[i]
+		typ, ok := attribute(n, d, "type")
+		if !ok || typ.StringValue == nil || *typ.StringValue != "mig" {
+			continue
+		}
+		p, ok := attribute(n, d, "profile")
+		if !ok || p.StringValue == nil || strings.TrimSpace(*p.StringValue) == "" {
+			continue
+		}
+		if !slices.Contains(out, *p.StringValue) {
+			out = append(out, *p.StringValue)
+		}
+	}
+	return out
 }
 
 // sliceProducts lists the productNames of the whole GPUs (type "gpu") in a
@@ -54,8 +80,9 @@ func sliceProducts(n compat.Names, s *resourceapi.ResourceSlice) []string {
 }
 
 // indexSliceModels returns the modelIndex function of the driver n: the
-// per-model class names of a slice's GPUs. Models whose name cannot be turned
-// into a class name are skipped.
+// per-model class names of a slice's GPUs and the per-profile class names of
+// its MIG devices. Models and profiles whose name cannot be turned into a
+// class name are skipped.
 func indexSliceModels(n compat.Names) func(obj any) ([]string, error) {
 	return func(obj any) ([]string, error) {
 		s, ok := obj.(*resourceapi.ResourceSlice)
@@ -65,6 +92,11 @@ func indexSliceModels(n compat.Names) func(obj any) ([]string, error) {
 		var names []string
 		for _, p := range sliceProducts(n, s) {
 			if name, err := classNameForProduct(n, p); err == nil && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+		for _, p := range sliceMIGProfiles(n, s) {
+			if name, err := classNameForMIGProfile(n, p); err == nil && !slices.Contains(names, name) {
 				names = append(names, name)
 			}
 		}

@@ -53,4 +53,11 @@ func TestClassesPerMode(t *testing.T) {
 		})
 	}
 	assert.Equal(t, BaseClasses("x"), BaseClassesFor(compat.Default(), "x"), "the native classes are unchanged")
+
+	profile, err := migProfileClassFor(nv, "1g.10gb", "nvidia.com/mig-")
+	require.NoError(t, err)
+	assert.Equal(t, "1g.10gb.mig.nvidia.com", profile.Name)
+	assert.Contains(t, profile.Spec.Selectors[0].CEL.Expression, `device.attributes["gpu.nvidia.com"].profile == "1g.10gb"`)
+	assert.True(t, isProfileClassName(nv, profile.Name))
+	assert.False(t, isProfileClassName(compat.Default(), profile.Name))
 }

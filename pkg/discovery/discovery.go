@@ -132,6 +132,15 @@ func describe(dev nvml.Device, index int) (model.GPU, error) {
 	if numa, ret := dev.GetNumaNodeId(); ret == nvml.SUCCESS && numa >= 0 {
 		gpu.NUMANode = &numa
 	}
+	// The current ECC mode, not the pending one: a change needs a reset to
+	// take effect. No ECC (NOT_SUPPORTED) is "not enabled".
+	switch ecc, _, ret := dev.GetEccMode(); ret {
+	case nvml.SUCCESS:
+		gpu.ECCEnabled = ecc == nvml.FEATURE_ENABLED
+	case nvml.ERROR_NOT_SUPPORTED:
+	default:
+		return gpu, nvmlError("get ECC mode", ret)
+	}
 	current, _, ret := dev.GetMigMode()
 	switch ret {
 	case nvml.SUCCESS:

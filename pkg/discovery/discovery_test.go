@@ -73,6 +73,9 @@ func fakeLib(failOn string, mig nvml.Return) *mock.Interface {
 		},
 		GetNumaNodeIdFunc: func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
 		GetMigModeFunc:    func() (int, int, nvml.Return) { return 0, 0, mig },
+		GetEccModeFunc: func() (nvml.EnableState, nvml.EnableState, nvml.Return) {
+			return nvml.FEATURE_ENABLED, nvml.FEATURE_ENABLED, ret("ecc")
+		},
 	}
 	return &mock.Interface{
 		SystemGetDriverVersionFunc:     func() (string, nvml.Return) { return "550.54.15", ret("driver") },
@@ -100,6 +103,36 @@ func TestDiscover(t *testing.T) {
 	require.Empty(t, g.PCIeRoot)
 }
 
+// eccEnabled is NVML's current ECC mode, not the pending one; a GPU without
+// ECC (NOT_SUPPORTED) is not enabled; any other error makes the GPU
+// unavailable (TestDiscoverGPUErrors).
+func TestDiscoverECC(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		current, pending nvml.EnableState
+		ret              nvml.Return
+		want             bool
+	}{
+		{"enabled", nvml.FEATURE_ENABLED, nvml.FEATURE_ENABLED, nvml.SUCCESS, true},
+		{"disabled", nvml.FEATURE_DISABLED, nvml.FEATURE_DISABLED, nvml.SUCCESS, false},
+		{"disabled, enabled after the next reset", nvml.FEATURE_DISABLED, nvml.FEATURE_ENABLED, nvml.SUCCESS, false},
+		{"enabled, disabled after the next reset", nvml.FEATURE_ENABLED, nvml.FEATURE_DISABLED, nvml.SUCCESS, true},
+		{"no ECC", 0, 0, nvml.ERROR_NOT_SUPPORTED, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lib := fakeLib("", nvml.ERROR_NOT_SUPPORTED)
+			dev, _ := lib.DeviceGetHandleByIndex(0)
+			dev.(*mock.Device).GetEccModeFunc = func() (nvml.EnableState, nvml.EnableState, nvml.Return) {
+				return tc.current, tc.pending, tc.ret
+			}
+			node, err := Discover(context.Background(), noRoot{lib}, Options{})
+			require.NoError(t, err)
+			require.Len(t, node.GPUs, 1)
+			require.Equal(t, tc.want, node.GPUs[0].ECCEnabled)
+		})
+	}
+}
+
 // Failures of the library itself stop discovery.
 func TestDiscoverLibraryErrors(t *testing.T) {
 	for _, call := range []string{"driver", "cuda", "count"} {
@@ -119,7 +152,7 @@ func TestDiscoverLibraryErrors(t *testing.T) {
 
 // A GPU whose facts cannot be read is listed as unavailable, not fatal.
 func TestDiscoverGPUErrors(t *testing.T) {
-	for _, call := range []string{"handle", "uuid", "minor", "name", "brand", "arch", "cc", "mem", "pci"} {
+	for _, call := range []string{"handle", "uuid", "minor", "name", "brand", "arch", "cc", "mem", "pci", "ecc"} {
 		t.Run(call, func(t *testing.T) {
 			node, err := Discover(context.Background(), noRoot{fakeLib(call, nvml.SUCCESS)}, Options{})
 			require.NoError(t, err)

@@ -29,6 +29,9 @@ type GPU struct {
 	PCIeRoot string `json:"pcieRoot,omitempty"`
 	// NUMANode is the NUMA node of the GPU; nil when unknown.
 	NUMANode *int `json:"numaNode,omitempty"`
+	// ECCEnabled reports whether ECC is on (NVML's current ECC mode); false
+	// on a GPU without ECC.
+	ECCEnabled bool `json:"eccEnabled"`
 	// MIGCapable reports whether the GPU supports MIG at all.
 	MIGCapable bool `json:"migCapable"`
 	// MIGEnabled reports whether MIG mode is currently enabled.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,8 +18,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/health"
+	"github.com/gpudra/gpudra/pkg/prepare"
 )
 
 // claimKey identifies a claim whose status.devices entries to reconcile.
@@ -57,7 +56,8 @@ type claimStatus struct {
 	client  kubernetes.Interface
 	driver  string
 	manager string // field manager
-	store   *checkpoint.Store
+	// state says which claims are prepared, with which devices.
+	state   *prepare.Prepared
 	devices func() map[string]resourceapi.Device
 	health  func() health.Snapshot // nil: always Healthy
 	queue   workqueue.TypedRateLimitingInterface[claimKey]
@@ -80,9 +80,9 @@ type claimStatus struct {
 // this to start, so the entries of a claim in use are not visibly later.
 const statusDelay = 500 * time.Millisecond
 
-func newClaimStatus(client kubernetes.Interface, o *Options, store *checkpoint.Store, pub *publisher, pm *pluginMetrics) *claimStatus {
+func newClaimStatus(client kubernetes.Interface, o *Options, prepared *prepare.Prepared, pub *publisher, pm *pluginMetrics) *claimStatus {
 	return &claimStatus{
-		client: client, driver: o.DriverName, manager: o.DriverName + "/" + o.NodeName, store: store,
+		client: client, driver: o.DriverName, manager: o.DriverName + "/" + o.NodeName, state: prepared,
 		devices: pub.Devices,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[claimKey](100*time.Millisecond, time.Minute),
@@ -152,24 +152,12 @@ func (c *claimStatus) forget(uid types.UID) {
 
 // enqueueHeld queues every claim prepared on this node.
 func (c *claimStatus) enqueueHeld(ctx context.Context) {
-	held, err := c.store.HeldDevices()
+	claims, err := c.state.Claims()
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing prepared claims for a claim status update failed")
-		return
 	}
-	seen := map[string]bool{}
-	for device := range held {
-		holders, err := c.store.Holders(device)
-		if err != nil {
-			continue
-		}
-		for _, h := range holders {
-			ns, name, ok := strings.Cut(h.Claim, "/")
-			if ok && !seen[h.ClaimUID] {
-				seen[h.ClaimUID] = true
-				c.enqueue(claimKey{Namespace: ns, Name: name, UID: types.UID(h.ClaimUID)})
-			}
-		}
+	for _, r := range claims {
+		c.enqueue(claimKey{Namespace: r.Namespace, Name: r.Name, UID: types.UID(r.UID)})
 	}
 }
 
@@ -206,18 +194,18 @@ func (c *claimStatus) run(ctx context.Context) {
 }
 
 func (c *claimStatus) sync(ctx context.Context, k claimKey) error {
-	rec, err := c.store.Get(string(k.UID))
+	claim, err := c.state.Claim(string(k.UID))
 	if err != nil {
 		return err
 	}
 	status := resourceac.ResourceClaimStatus()
-	if rec != nil && rec.State == checkpoint.PrepareCompleted {
+	if claim != nil {
 		devices := c.devices()
 		snap := health.Snapshot{}
 		if c.health != nil {
 			snap = c.health()
 		}
-		for _, d := range rec.Devices {
+		for _, d := range claim.Devices {
 			raw, err := json.Marshal(deviceData(d, devices[d.Name], snap))
 			if err != nil {
 				return err
@@ -238,8 +226,8 @@ func (c *claimStatus) sync(ctx context.Context, k claimKey) error {
 	if len(status.Devices) > 0 {
 		c.markWritten(k.UID)
 	}
-	claim := resourceac.ResourceClaim(k.Name, k.Namespace).WithUID(k.UID).WithStatus(status)
-	_, err = c.client.ResourceV1().ResourceClaims(k.Namespace).ApplyStatus(ctx, claim,
+	apply := resourceac.ResourceClaim(k.Name, k.Namespace).WithUID(k.UID).WithStatus(status)
+	_, err = c.client.ResourceV1().ResourceClaims(k.Namespace).ApplyStatus(ctx, apply,
 		metav1.ApplyOptions{FieldManager: c.manager, Force: true})
 	switch {
 	case err == nil:
@@ -260,7 +248,7 @@ func (c *claimStatus) sync(ctx context.Context, k claimKey) error {
 	}
 }
 
-func deviceData(d checkpoint.Device, dev resourceapi.Device, snap health.Snapshot) DeviceData {
+func deviceData(d prepare.PreparedDevice, dev resourceapi.Device, snap health.Snapshot) DeviceData {
 	str := func(name resourceapi.QualifiedName) string {
 		if v := dev.Attributes[name].StringValue; v != nil {
 			return *v

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/prepare"
 )
 
 const testDriverName = "gpu.gpudra.io"
@@ -55,7 +56,7 @@ func newStatusEnv(t *testing.T, delay time.Duration, existing ...resourceapi.All
 
 // writer is a status writer of the node's plugin over e's claim and checkpoint.
 func (e *statusEnv) writer(delay time.Duration) *claimStatus {
-	c := &claimStatus{client: e.client, driver: testDriverName, manager: testDriverName + "/node-a", store: e.store,
+	c := &claimStatus{client: e.client, driver: testDriverName, manager: testDriverName + "/node-a", state: prepare.NewPrepared(e.store),
 		devices: func() map[string]resourceapi.Device { return nil },
 		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[claimKey]()),
 		delay:   delay, metrics: newPluginMetrics(), written: map[types.UID]bool{}}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/health"
+	"github.com/gpudra/gpudra/pkg/prepare"
 )
 
 func TestClaimStatusSync(t *testing.T) {
@@ -29,7 +30,7 @@ func TestClaimStatusSync(t *testing.T) {
 	client := fake.NewClientset(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1", UID: "uid-1"}})
 	snap := health.Snapshot{GPUs: map[string][]health.Condition{uuid: {{Key: health.KeyXID, Value: "74",
 		Effect: resourceapi.DeviceTaintEffectNoSchedule, Message: "XID 74: NVLink error", Since: time.Now()}}}}
-	c := &claimStatus{client: client, driver: "gpu.gpudra.io", manager: "gpu.gpudra.io/node-a", store: store,
+	c := &claimStatus{client: client, driver: "gpu.gpudra.io", manager: "gpu.gpudra.io/node-a", state: prepare.NewPrepared(store),
 		devices: func() map[string]resourceapi.Device {
 			return map[string]resourceapi.Device{"gpu-1": {Name: "gpu-1", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 				"uuid": {StringValue: &uuid}, "productName": {StringValue: &product}}}}

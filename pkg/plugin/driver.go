@@ -159,7 +159,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		return nil, err
 	}
 	// Events first: recovery reports MPS daemons it had to start again.
-	events := newEventSink(ctx, client, o, store)
+	events := newEventSink(ctx, client, o, prepare.NewPrepared(store))
 	manager, err := prepare.New(prepare.Config{
 		DriverName: o.DriverName, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
 		LockDir: filepath.Join(o.PluginDataDir(), "locks"), MIG: mig.NewManager(gpus.Lib), TimeSlicer: slicer, MPS: mps,
@@ -192,7 +192,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		return nil, fmt.Errorf("build ResourceSlice: %w", err)
 	}
 	driver := &Driver{manager: manager, cancel: fatal, health: hs, events: events,
-		status: newClaimStatus(client, o, store, pub, pm), mpsCheckInterval: o.MPSCheckInterval, telemetry: tel}
+		status: newClaimStatus(client, o, manager.Prepared(), pub, pm), mpsCheckInterval: o.MPSCheckInterval, telemetry: tel}
 	driver.events.recoverFailed(recovered.Failed)
 	driver.events.unavailableGPUs(o.NodeName, gpus.Node.Unavailable)
 	_ = pub.SetBase(ctx, resources)                       // no helper yet: only recorded

@@ -17,7 +17,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/health"
 	"github.com/gpudra/gpudra/pkg/model"
 	"github.com/gpudra/gpudra/pkg/prepare"
@@ -43,18 +42,19 @@ const (
 type eventSink struct {
 	client   kubernetes.Interface
 	recorder events.EventRecorder
-	store    *checkpoint.Store
+	// prepared says which claims hold a device.
+	prepared *prepare.Prepared
 	// lostKey is the lost taint's key as published (compat.Names.TaintKey).
 	lostKey string
 }
 
-func newEventSink(ctx context.Context, client kubernetes.Interface, o *Options, store *checkpoint.Store) *eventSink {
+func newEventSink(ctx context.Context, client kubernetes.Interface, o *Options, prepared *prepare.Prepared) *eventSink {
 	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Events are not recorded")
 		return nil
 	}
-	return &eventSink{client: client, store: store, lostKey: o.names().TaintKey(health.KeyLost),
+	return &eventSink{client: client, prepared: prepared, lostKey: o.names().TaintKey(health.KeyLost),
 		recorder: b.NewRecorder(scheme.Scheme, o.DriverName+"/kubelet-plugin")}
 }
 
@@ -134,7 +134,7 @@ func (e *eventSink) healthChanged(ctx context.Context, prev, cur health.Snapshot
 		if before == now {
 			continue
 		}
-		holders, err := e.store.Holders(name)
+		holders, err := e.prepared.Holding(name)
 		if err != nil || len(holders) == 0 {
 			continue
 		}
@@ -145,12 +145,11 @@ func (e *eventSink) healthChanged(ctx context.Context, prev, cur health.Snapshot
 			note = "device " + name + " (" + gpu + ") is Healthy again"
 		}
 		for _, h := range holders {
-			ns, claimName, _ := strings.Cut(h.Claim, "/")
 			claimRef := &corev1.ObjectReference{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaim",
-				Namespace: ns, Name: claimName, UID: types.UID(h.ClaimUID)}
+				Namespace: h.Namespace, Name: h.Name, UID: types.UID(h.UID)}
 			e.recorder.Eventf(claimRef, nil, kind, reason, "HealthCheck", "%s", truncateNote(note))
-			for _, pod := range e.podsOf(ctx, ns, claimName, h.ClaimUID) {
-				e.recorder.Eventf(pod, claimRef, kind, reason, "HealthCheck", "%s", truncateNote(note+" (claim "+h.Claim+")"))
+			for _, pod := range e.podsOf(ctx, h.Namespace, h.Name, h.UID) {
+				e.recorder.Eventf(pod, claimRef, kind, reason, "HealthCheck", "%s", truncateNote(note+" (claim "+h.String()+")"))
 			}
 		}
 	}

@@ -155,10 +155,8 @@ func forEach[T any, R any](items []T, f func(T) (types.UID, R)) map[types.UID]R 
 func (m *Manager) Unprepare(ctx context.Context, claim kubeletplugin.NamespacedObject) error {
 	ctx, cancel := m.cleanupContext(ctx)
 	defer cancel()
-	if err := m.unprepare(ctx, string(claim.UID)); err != nil {
-		return fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
-	}
-	return nil
+	// Like Prepare's, the error does not name the claim.
+	return m.unprepare(ctx, string(claim.UID))
 }
 
 func (m *Manager) unprepare(ctx context.Context, uid string) error {
@@ -270,12 +268,4 @@ func (m *Manager) forget(rec *checkpoint.ClaimRecord) error {
 		return tag(errCheckpoint, err)
 	}
 	return nil
-}
-
-func recordDeviceNames(rec *checkpoint.ClaimRecord) []string {
-	names := make([]string, 0, len(rec.Devices))
-	for _, d := range rec.Devices {
-		names = append(names, d.Name)
-	}
-	return names
 }

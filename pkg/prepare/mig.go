@@ -132,16 +132,16 @@ func migInstance(d checkpoint.Device) *cdi.MIGInstance {
 	if d.MIG == nil {
 		return nil
 	}
-	return &cdi.MIGInstance{UUID: d.UUID, GIID: d.MIG.GIID, CIID: d.MIG.CIID}
+	return &cdi.MIGInstance{UUID: d.UUID, GIID: d.MIG.GIID, CIID: d.MIG.CIID, Profile: d.MIG.Profile}
 }
 
 // parentConflict: a MIG device also conflicts with whoever holds its parent
 // GPU (a whole-GPU claim that outlived its pod).
-func (m *Manager) parentConflict(p planned, uid string) (checkpoint.Holder, bool, error) {
-	if p.record.MIG == nil {
+func (m *Manager) parentConflict(d device, uid string) (checkpoint.Holder, bool, error) {
+	if d.MIG == nil {
 		return checkpoint.Holder{}, false, nil
 	}
-	return m.conflict(p.record.MIG.Parent, uid, p.access)
+	return m.conflict(d.MIG.Parent, uid, d.access())
 }
 
 // realizeMIG creates the claim's dynamic MIG devices and frees dynamically
@@ -157,7 +157,8 @@ func (m *Manager) realizeMIG(ctx context.Context, rec *checkpoint.ClaimRecord) e
 			t := m.migs[d.Name]
 			inst, err := m.cfg.MIG.Create(d.MIG.ParentUUID, t.profile, t.start)
 			if err != nil {
-				return migError(fmt.Errorf("create MIG device %s (%s at memory slice %d of %s): %w", d.Name, t.profile.Name, t.start, d.MIG.Parent, err))
+				// pkg/mig names the profile, the placement and the GPU.
+				return migError(fmt.Errorf("create MIG device %s: %w", d.Name, err))
 			}
 			d.UUID, d.MIG.GIID, d.MIG.CIID = inst.UUID, inst.GIID, inst.CIID
 			created = true

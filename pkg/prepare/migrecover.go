@@ -119,10 +119,10 @@ func (m *Manager) recreateMIG(ctx context.Context, w wanted) error {
 	if err := m.putRecord(rec, true); err != nil {
 		return err
 	}
-	plan, err := plannedFromRecords(rec.Devices)
+	c, err := stateOf(rec)
 	if err != nil {
 		return err
 	}
-	_, err = m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(plan, rec.MPS))
+	_, err = m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(c))
 	return err
 }

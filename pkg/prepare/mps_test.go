@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/sharing"
 	"github.com/gpudra/gpudra/test/fakegpu"
 )
@@ -132,7 +131,7 @@ func TestMPSOrphanOfAnotherInstance(t *testing.T) {
 	_, _ = e.manager()
 	other, err := sharing.NewMPSControl(sharing.MPSOptions{ControlPath: fakeMPSControl(t), Root: e.mpsRoot})
 	require.NoError(t, err)
-	d := &checkpoint.MPSDaemon{Devices: []string{e.node.GPUs[0].UUID}}
+	d := &sharing.MPSDaemon{Devices: []string{e.node.GPUs[0].UUID}}
 	require.NoError(t, other.Start(ctx(t), uidB, d))
 	foreignPIDFile(t, d.Dir)
 

@@ -3,10 +3,12 @@ package prepare
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/sharing"
 )
 
 // MPS control daemons of prepared claims. A daemon runs in the PID namespace
@@ -29,7 +31,8 @@ type MPSDaemonEvent struct {
 	OldPID, NewPID int
 	// Reason is why the old daemon counted as gone.
 	Reason string
-	Err    error
+	// Err is why a new one could not be started (it does not repeat Reason).
+	Err error
 }
 
 // ensureMPS makes sure the daemon of a completed claim answers, starting it
@@ -42,13 +45,20 @@ func (m *Manager) ensureMPS(ctx context.Context, rec *checkpoint.ClaimRecord) (b
 	if m.cfg.MPS == nil {
 		return false, fmt.Errorf("it has an MPS control daemon, but the plugin runs without an MPS control binary (--mps-control-path)")
 	}
-	res, err := m.cfg.MPS.Ensure(ctx, rec.UID, rec.MPS)
+	d := mpsDaemon(rec.MPS)
+	res, err := m.cfg.MPS.Ensure(ctx, rec.UID, d)
 	if !res.Replaced {
 		return false, err
 	}
 	ev := MPSDaemonEvent{ClaimUID: rec.UID, Claim: rec.Namespace + "/" + rec.Name, OldPID: res.OldPID, Reason: res.Reason, Err: err}
+	if err != nil {
+		// The event has the reason and the error apart; the caller's error
+		// names each once.
+		err = fmt.Errorf("%s; a new one could not be started: %w", res.Reason, err)
+	}
 	if err == nil {
-		ev.NewPID = rec.MPS.PID
+		rec.MPS = mpsRecord(d)
+		ev.NewPID = d.PID
 		if err = m.putRecord(rec, true); err != nil {
 			err = fmt.Errorf("record its new MPS control daemon: %w", err)
 		}
@@ -118,4 +128,22 @@ func (m *Manager) checkMPS(ctx context.Context, uid string) (bool, error) {
 		}
 	}
 	return m.ensureMPS(ctx, rec)
+}
+
+// mpsDaemon is a recorded daemon as pkg/sharing runs it (nil: none).
+func mpsDaemon(r *checkpoint.MPSDaemon) *sharing.MPSDaemon {
+	if r == nil {
+		return nil
+	}
+	return &sharing.MPSDaemon{PID: r.PID, Dir: r.Dir, Devices: slices.Clone(r.Devices),
+		ActiveThreadPercentage: r.ActiveThreadPercentage, PinnedMemoryLimits: slices.Clone(r.PinnedMemoryLimits)}
+}
+
+// mpsRecord is a daemon's entry in its claim's checkpoint record.
+func mpsRecord(d *sharing.MPSDaemon) *checkpoint.MPSDaemon {
+	if d == nil {
+		return nil
+	}
+	return &checkpoint.MPSDaemon{PID: d.PID, Dir: d.Dir, Devices: slices.Clone(d.Devices),
+		ActiveThreadPercentage: d.ActiveThreadPercentage, PinnedMemoryLimits: slices.Clone(d.PinnedMemoryLimits)}
 }

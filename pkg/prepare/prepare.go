@@ -42,13 +42,6 @@ func after(phase string) {
 	}
 }
 
-// planned is one device of a claim being prepared.
-type planned struct {
-	cfg    claimconfig.DeviceConfig
-	record checkpoint.Device
-	access access
-}
-
 // Prepare prepares one claim and returns its devices for the kubelet.
 // Calling it again for a prepared claim returns the same result.
 func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
@@ -60,25 +53,21 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	if len(configs) == 0 {
 		return []kubeletplugin.Device{}, nil
 	}
-	devs, err := m.prepare(ctx, claim, configs, t)
-	if err != nil {
-		return nil, fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)
-	}
-	return devs, nil
+	// The error does not name the claim: whoever reports it does (the
+	// kubelet's "NodePrepareResources failed for ResourceClaim <name>: ",
+	// the log's claim key, the event on the claim).
+	return m.prepare(ctx, claim, configs, t)
 }
 
 func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim, configs []claimconfig.DeviceConfig, t *phaseTimer) ([]kubeletplugin.Device, error) {
 	logger := klog.FromContext(ctx)
 	ref := claim.Namespace + "/" + claim.Name
 	uid := string(claim.UID)
-	plan, err := m.plan(uid, configs)
+	c, err := m.plan(claimRef{uid: uid, namespace: claim.Namespace, name: claim.Name}, configs)
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, len(plan))
-	for i, p := range plan {
-		names[i] = p.record.Name
-	}
+	names := c.names()
 	t.done(PhasePlan)
 	// Whether the claim has a record when its lock is released, once known
 	// here (what this call read or wrote under the lock): the release then
@@ -89,7 +78,7 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		return nil, err
 	}
 	t.done(PhaseLockClaim)
-	unlock, err := m.locks.lock(lockNames(plannedRecords(plan)))
+	unlock, err := m.locks.lock(lockNames(c.rec.Devices))
 	if err != nil {
 		unlockClaim()
 		return nil, err
@@ -108,7 +97,7 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 	t.done(PhaseCheckpointRead)
 	known = knownFrom(rec != nil)
 	if rec != nil && rec.State == checkpoint.PrepareCompleted {
-		if !sameDevices(rec, plan) {
+		if !sameDevices(rec, c.rec) {
 			return nil, fmt.Errorf("already prepared with devices %v, but now allocated %v; unprepare it first",
 				recordDeviceNames(rec), names)
 		}
@@ -121,7 +110,7 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		}
 		// Its MPS daemon is adopted if it answers, started again if not.
 		if _, err := m.ensureMPS(ctx, rec); err != nil {
-			return nil, fmt.Errorf("its MPS control daemon: %w", err)
+			return nil, err
 		}
 		return kubeletDevices(rec), nil
 	}
@@ -136,10 +125,10 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		}
 	}
 
-	for _, p := range plan {
-		other, busy, err := m.conflict(p.record.Name, uid, p.access)
+	for _, d := range c.devices {
+		other, busy, err := m.conflict(d.Name, uid, d.access())
 		if err == nil && !busy {
-			other, busy, err = m.parentConflict(p, uid)
+			other, busy, err = m.parentConflict(d, uid)
 		}
 		if err != nil {
 			return nil, err
@@ -147,18 +136,15 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		if busy {
 			return nil, fmt.Errorf("%w: %s (%s) is prepared for claim %s (uid %s); "+
 				"refusing to give an exclusive GPU to two claims — check for a stale allocation of that claim",
-				ErrConflict, p.record.Name, p.record.UUID, other.Claim, other.ClaimUID)
+				ErrConflict, d.Name, d.UUID, other.Claim, other.ClaimUID)
 		}
 	}
 
 	t.done(PhaseConflicts)
 
-	rec = &checkpoint.ClaimRecord{UID: uid, Namespace: claim.Namespace, Name: claim.Name, State: checkpoint.PrepareStarted}
-	for _, p := range plan {
-		rec.Devices = append(rec.Devices, p.record)
-	}
 	// From here until PrepareCompleted is written, a failure rolls back and
 	// may or may not leave the record.
+	rec = c.rec
 	known = recordUnknown
 	// PrepareStarted only has to survive a crash of this process, not a power
 	// loss (which reboots the node and voids every record), so no fsync.
@@ -178,26 +164,21 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		m.rollback(ctx, rec)
 		return nil, err
 	}
-	for i := range plan {
-		plan[i].record = rec.Devices[i]
-	}
 	t.done(PhaseMIG)
 	// Sharing comes after MIG: it applies to the MIG device's UUID.
-	if err := m.applySharing(ctx, rec, plan); err != nil {
+	if err := m.applySharing(ctx, c); err != nil {
 		m.rollback(ctx, rec)
 		return nil, err
 	}
 	t.done(PhaseSharing)
-	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(plan, rec.MPS))
+	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(c))
 	if err != nil {
 		m.rollback(ctx, rec)
 		return nil, tag(errCDI, err)
 	}
 	t.done(PhaseCDI)
 	after(phaseCDIWritten)
-	for i := range rec.Devices {
-		rec.Devices[i].CDIDeviceIDs = []string{ids[rec.Devices[i].Name]}
-	}
+	c.setCDIDeviceIDs(ids)
 	rec.State = checkpoint.PrepareCompleted
 	if err := m.putRecord(rec, true); err != nil {
 		m.rollback(ctx, rec)
@@ -217,110 +198,32 @@ func (m *Manager) ensureSpec(rec *checkpoint.ClaimRecord) (bool, error) {
 	if err != nil || ok {
 		return false, tag(errCDI, err)
 	}
-	plan, err := plannedFromRecords(rec.Devices)
+	c, err := stateOf(rec)
 	if err != nil {
 		return false, err
 	}
-	if _, err := m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(plan, rec.MPS)); err != nil {
+	if _, err := m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(c)); err != nil {
 		return false, tag(errCDI, err)
 	}
 	return true, nil
 }
 
-// plan checks the allocation against the node and encodes each device's
-// effective config for the checkpoint.
-func (m *Manager) plan(uid string, configs []claimconfig.DeviceConfig) ([]planned, error) {
-	plan := make([]planned, 0, len(configs))
-	for _, c := range configs {
-		admin := c.Result.AdminAccess != nil && *c.Result.AdminAccess
-		gpu, ok := m.gpus[c.Result.Device]
-		uuid := ""
-		var migRec *checkpoint.MIG
-		if ok && gpu.PublishesWhole() {
-			uuid = gpu.UUID
-		} else {
-			var err error
-			if migRec, uuid, err = m.migRecord(c.Result.Device, admin); err != nil {
-				return nil, err
-			}
-		}
-		raw, err := v1alpha1.Encode(c.Config)
-		if err != nil {
-			return nil, fmt.Errorf("encode config of device %s: %w", c.Result.Device, err)
-		}
-		d := checkpoint.Device{
-			Pool:     c.Result.Pool,
-			Name:     c.Result.Device,
-			Requests: []string{c.Result.Request},
-			UUID:     uuid,
-			Config:   raw,
-			MIG:      migRec,
-		}
-		if c.Result.ShareID != nil {
-			d.ShareID = string(*c.Result.ShareID)
-		}
-		d.AdminAccess = admin
-		p := planned{cfg: c, record: d, access: accessOf(d)}
-		p.record.ConsumedMemory = consumedMemory(&p)
-		plan = append(plan, p)
-	}
-	return mergeDuplicates(plan), nil
-}
-
-// mergeDuplicates folds results naming the same device (one device satisfying
-// several requests is impossible today, but a device listed twice must not be
-// prepared twice) into one entry with all requests.
-func mergeDuplicates(plan []planned) []planned {
-	out := plan[:0]
-	seen := map[string]int{}
-	for _, p := range plan {
-		if i, ok := seen[p.record.Name]; ok {
-			out[i].record.Requests = append(out[i].record.Requests, p.record.Requests...)
-			continue
-		}
-		seen[p.record.Name] = len(out)
-		out = append(out, p)
-	}
-	return out
-}
-
 // cdiDevices lists, per device, the GPUs of the same request(s): that is what
 // NVIDIA_VISIBLE_DEVICES shows a container that uses those requests.
-func (m *Manager) cdiDevices(plan []planned, mps *checkpoint.MPSDaemon) []cdi.ClaimDevice {
-	byRequest := visibleByRequest(plan)
-	out := make([]cdi.ClaimDevice, 0, len(plan))
-	for _, p := range plan {
+func (m *Manager) cdiDevices(c *claimState) []cdi.ClaimDevice {
+	byRequest := c.visibleByRequest()
+	mps := mpsDaemon(c.rec.MPS)
+	out := make([]cdi.ClaimDevice, 0, len(c.devices))
+	for _, d := range c.devices {
 		out = append(out, withSharingEdits(cdi.ClaimDevice{
-			DeviceName:   p.record.Name,
-			GPU:          m.gpuOf(p.record),
-			MIG:          migInstance(p.record),
-			VisibleUUIDs: visibleUUIDs(p, byRequest),
-			Env:          sharingEnv(p.cfg.Config),
-		}, p.record.UUID, mps))
+			DeviceName:   d.Name,
+			GPU:          m.gpuOf(*d.Device),
+			MIG:          migInstance(*d.Device),
+			VisibleUUIDs: visibleUUIDs(d, byRequest),
+			Env:          sharingEnv(d.config),
+		}, d.UUID, mps))
 	}
 	return out
-}
-
-func visibleByRequest(plan []planned) map[string][]string {
-	byRequest := map[string][]string{}
-	for _, p := range plan {
-		for _, r := range p.record.Requests {
-			byRequest[r] = append(byRequest[r], p.record.UUID)
-		}
-	}
-	return byRequest
-}
-
-func visibleUUIDs(p planned, byRequest map[string][]string) []string {
-	var visible []string
-	for _, r := range p.record.Requests {
-		for _, u := range byRequest[r] {
-			if !slices.Contains(visible, u) {
-				visible = append(visible, u)
-			}
-		}
-	}
-	return visible
 }
 
 // sharingEnv tells the workload how its GPU is shared.
@@ -360,19 +263,6 @@ func (m *Manager) rollback(ctx context.Context, rec *checkpoint.ClaimRecord) {
 	}
 }
 
-func sameDevices(rec *checkpoint.ClaimRecord, plan []planned) bool {
-	if len(rec.Devices) != len(plan) {
-		return false
-	}
-	for i := range plan {
-		// A dynamic MIG device has no UUID before it is created.
-		if rec.Devices[i].Name != plan[i].record.Name || (plan[i].record.UUID != "" && rec.Devices[i].UUID != plan[i].record.UUID) {
-			return false
-		}
-	}
-	return true
-}
-
 func kubeletDevices(rec *checkpoint.ClaimRecord) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(rec.Devices))
 	for _, d := range rec.Devices {
@@ -401,45 +291,4 @@ func (m *Manager) putRecord(rec *checkpoint.ClaimRecord, durable bool) error {
 	err := put(rec)
 	m.metrics.checkpointWrite(start, durable)
 	return tag(errCheckpoint, err)
-}
-
-// plannedFromRecords rebuilds a recorded claim's plan.
-func plannedFromRecords(devs []checkpoint.Device) ([]planned, error) {
-	plan := make([]planned, 0, len(devs))
-	for _, d := range devs {
-		p, err := plannedFromRecord(d)
-		if err != nil {
-			return nil, err
-		}
-		plan = append(plan, p)
-	}
-	return plan, nil
-}
-
-// plannedFromRecord rebuilds a planned device from its checkpoint entry.
-func plannedFromRecord(d checkpoint.Device) (planned, error) {
-	cfg, err := v1alpha1.Decode(d.Config)
-	if err != nil {
-		return planned{}, fmt.Errorf("config of device %s in checkpoint: %w", d.Name, err)
-	}
-	return planned{cfg: claimconfig.DeviceConfig{Config: cfg}, record: d, access: accessOf(d)}, nil
-}
-
-func accessOf(d checkpoint.Device) access {
-	switch {
-	case d.AdminAccess:
-		return admin
-	case d.ShareID != "":
-		return share
-	default:
-		return exclusive
-	}
-}
-
-func plannedRecords(plan []planned) []checkpoint.Device {
-	out := make([]checkpoint.Device, len(plan))
-	for i, p := range plan {
-		out[i] = p.record
-	}
-	return out
 }

@@ -217,7 +217,7 @@ func (m *Manager) restore(ctx context.Context, rec *checkpoint.ClaimRecord, rep 
 				"(delete its pods)", d.Name, d.UUID)
 		}
 	}
-	plan, err := plannedFromRecords(rec.Devices)
+	c, err := stateOf(rec)
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func (m *Manager) restore(ctx context.Context, rec *checkpoint.ClaimRecord, rep 
 	if rewritten {
 		rep.SpecsRewritten++
 	}
-	replaced, err := m.restoreSharing(ctx, rec, plan)
+	replaced, err := m.restoreSharing(ctx, c)
 	if replaced {
 		rep.MPSReplaced++
 	}

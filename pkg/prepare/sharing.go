@@ -15,6 +15,7 @@ import (
 	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/claimconfig"
 	"github.com/gpudra/gpudra/pkg/sharing"
 	"github.com/gpudra/gpudra/pkg/slice"
 )
@@ -24,26 +25,12 @@ import (
 // holder goes; MPS claims (and consumable shares, whose memory MPS limits)
 // get a control daemon of their own, recorded in the claim's checkpoint.
 
-// sharingDevices describes the plan's devices to pkg/sharing.
-func sharingDevices(plan []planned) []sharing.Device {
-	byRequest := visibleByRequest(plan)
-	out := make([]sharing.Device, 0, len(plan))
-	for _, p := range plan {
-		out = append(out, sharing.Device{
-			Name: p.record.Name, UUID: p.record.UUID, Config: p.cfg.Config,
-			RequestUUIDs: visibleUUIDs(p, byRequest),
-			Share:        p.record.ShareID != "", ShareMemory: p.record.ConsumedMemory,
-			MIG: p.record.MIG != nil,
-		})
-	}
-	return out
-}
-
 // applySharing configures the GPUs of a claim being prepared and records
-// the MPS daemon, if any, in rec. The caller holds the devices' locks and
-// rolls back (releaseSharing) on error.
-func (m *Manager) applySharing(ctx context.Context, rec *checkpoint.ClaimRecord, plan []planned) error {
-	devs := sharingDevices(plan)
+// the MPS daemon, if any, in its record. The caller holds the devices' locks
+// and rolls back (releaseSharing) on error.
+func (m *Manager) applySharing(ctx context.Context, c *claimState) error {
+	rec := c.rec
+	devs := c.sharingDevices()
 	daemon, err := sharing.PlanMPS(devs)
 	if err != nil {
 		return err
@@ -79,7 +66,7 @@ func (m *Manager) applySharing(ctx context.Context, rec *checkpoint.ClaimRecord,
 	if err := m.cfg.MPS.Start(ctx, rec.UID, daemon); err != nil {
 		return err
 	}
-	rec.MPS = daemon
+	rec.MPS = mpsRecord(daemon)
 	return nil
 }
 
@@ -110,11 +97,11 @@ func (m *Manager) checkTimeSliceAgreement(d sharing.Device, uid string, want v1a
 			if od.Name != d.Name {
 				continue
 			}
-			p, err := plannedFromRecord(od)
+			cfg, err := v1alpha1.Decode(od.Config)
 			if err != nil {
 				continue
 			}
-			got, ok := (&sharing.Device{Config: p.cfg.Config}).TimeSlice()
+			got, ok := (&sharing.Device{Config: cfg}).TimeSlice()
 			if ok && got != want {
 				return fmt.Errorf("%w: %s (%s) is time-sliced with interval %s for claim %s; a GPU has one time slice, "+
 					"so this claim cannot set %s — use the same interval", sharing.ErrUnenforceable, d.Name, d.UUID, got, h.Claim, want)
@@ -285,19 +272,19 @@ func (m *Manager) held(device string) bool {
 // again (a GPU reset clears them), the MPS daemon adopted if it answers,
 // whichever plugin instance started it, or started again (ensureMPS). It
 // reports whether the daemon was started again.
-func (m *Manager) restoreSharing(ctx context.Context, rec *checkpoint.ClaimRecord, plan []planned) (bool, error) {
-	for _, d := range sharingDevices(plan) {
+func (m *Manager) restoreSharing(ctx context.Context, c *claimState) (bool, error) {
+	for _, d := range c.sharingDevices() {
 		if interval, ok := d.SetsTimeSlice(); ok {
 			if err := m.setTimeSlice(ctx, d.UUID, interval); err != nil {
 				return false, err
 			}
 		}
 	}
-	return m.ensureMPS(ctx, rec)
+	return m.ensureMPS(ctx, c.rec)
 }
 
 // withSharingEdits adds what reaching the claim's MPS daemon needs.
-func withSharingEdits(d cdi.ClaimDevice, uuid string, mps *checkpoint.MPSDaemon) cdi.ClaimDevice {
+func withSharingEdits(d cdi.ClaimDevice, uuid string, mps *sharing.MPSDaemon) cdi.ClaimDevice {
 	env, mounts := sharing.ContainerEdits(mps, uuid, d.VisibleUUIDs)
 	d.Env = append(d.Env, env...)
 	d.Mounts = append(d.Mounts, mounts...)
@@ -305,8 +292,8 @@ func withSharingEdits(d cdi.ClaimDevice, uuid string, mps *checkpoint.MPSDaemon)
 }
 
 // consumedMemory is the memory a share consumed, in bytes.
-func consumedMemory(c *planned) int64 {
-	q, ok := c.cfg.Result.ConsumedCapacity[slice.CapacityMemory]
+func consumedMemory(c claimconfig.DeviceConfig) int64 {
+	q, ok := c.Result.ConsumedCapacity[slice.CapacityMemory]
 	if !ok {
 		return 0
 	}

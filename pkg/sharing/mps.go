@@ -14,7 +14,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/model"
 )
 
@@ -104,7 +103,7 @@ func (c *MPSControl) ClaimDir(claimUID string) string { return filepath.Join(c.o
 // instance made it) is stopped through its pipe first; if it does not stop,
 // Start fails and leaves it and its directory alone. On error nothing Start
 // started is left running.
-func (c *MPSControl) Start(ctx context.Context, claimUID string, d *checkpoint.MPSDaemon) error {
+func (c *MPSControl) Start(ctx context.Context, claimUID string, d *MPSDaemon) error {
 	if err := model.ValidateUID(claimUID); err != nil {
 		return err
 	}
@@ -232,8 +231,9 @@ type EnsureResult struct {
 // answers in the claim's directory is adopted, whichever plugin instance
 // started it; otherwise the dead daemon's leftovers are removed and a new
 // one is started with the same settings (d.PID changes), and the result
-// says so.
-func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *checkpoint.MPSDaemon) (EnsureResult, error) {
+// says so. If that start fails, the result still says why the old daemon
+// counted as gone, and the error is Start's.
+func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *MPSDaemon) (EnsureResult, error) {
 	if err := model.ValidateUID(claimUID); err != nil {
 		return EnsureResult{}, err
 	}
@@ -255,7 +255,7 @@ func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *checkpoint.
 	res := EnsureResult{Replaced: true, OldPID: d.PID, Reason: err.Error()}
 	logger.Info("MPS control daemon of a prepared claim does not answer; starting a new one", "oldPID", d.PID, "reason", res.Reason)
 	if err := c.Start(ctx, claimUID, d); err != nil {
-		return res, fmt.Errorf("replace the MPS control daemon that does not answer (%s): %w", res.Reason, err)
+		return res, err // the caller has the reason; Start's error says what failed
 	}
 	return res, nil
 }

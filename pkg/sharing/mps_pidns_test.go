@@ -15,8 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/klog/v2/ktesting"
-
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 )
 
 // A plugin pod without hostPID runs in a PID namespace of its own, and
@@ -34,8 +32,8 @@ const (
 )
 
 // helperDaemon is what pod A starts for a claim.
-func helperDaemon() *checkpoint.MPSDaemon {
-	return &checkpoint.MPSDaemon{Devices: []string{gpuA}, ActiveThreadPercentage: 25, PinnedMemoryLimits: []int64{2 << 30}}
+func helperDaemon() *MPSDaemon {
+	return &MPSDaemon{Devices: []string{gpuA}, ActiveThreadPercentage: 25, PinnedMemoryLimits: []int64{2 << 30}}
 }
 
 // runPluginHelper is pod A: it reads "start <uid>" lines, starts the
@@ -94,7 +92,7 @@ func startPodA(t *testing.T, root string) *podA {
 }
 
 // start has pod A start a claim's daemon and returns it as pod A records it.
-func (p *podA) start(uid string) *checkpoint.MPSDaemon {
+func (p *podA) start(uid string) *MPSDaemon {
 	p.t.Helper()
 	_, err := fmt.Fprintln(p.in, "start", uid)
 	require.NoError(p.t, err)
@@ -127,10 +125,10 @@ func TestMPSAcrossPIDNamespaces(t *testing.T) {
 		// quitDelay keeps pod A's daemons answering after "quit" (their
 		// servers waiting for clients).
 		quitDelay string
-		run       func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *checkpoint.MPSDaemon)
+		run       func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *MPSDaemon)
 	}{{
 		name: "a restarted plugin adopts the daemon it cannot see",
-		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *checkpoint.MPSDaemon) {
+		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *MPSDaemon) {
 			res, err := b.Ensure(ctx, claimX, x)
 			require.NoError(t, err)
 			require.False(t, res.Replaced, "adopted: %s", res.Reason)
@@ -138,7 +136,7 @@ func TestMPSAcrossPIDNamespaces(t *testing.T) {
 		},
 	}, {
 		name: "an overlapping instance prepares and unprepares another claim beside it",
-		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *checkpoint.MPSDaemon) {
+		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *MPSDaemon) {
 			y := helperDaemon()
 			require.NoError(t, b.Start(ctx, claimY, y))
 			orphans, err := b.Orphans(func(uid string) bool { return uid == claimX || uid == claimY })
@@ -149,7 +147,7 @@ func TestMPSAcrossPIDNamespaces(t *testing.T) {
 		},
 	}, {
 		name: "the daemon of an unknown claim is stopped through its pipe",
-		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *checkpoint.MPSDaemon) {
+		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *MPSDaemon) {
 			orphans, err := b.Orphans(func(string) bool { return false })
 			require.NoError(t, err)
 			require.Equal(t, []string{claimX}, orphans)
@@ -161,7 +159,7 @@ func TestMPSAcrossPIDNamespaces(t *testing.T) {
 	}, {
 		name:      "a daemon that keeps answering after quit keeps its directory",
 		quitDelay: "1h",
-		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *checkpoint.MPSDaemon) {
+		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *MPSDaemon) {
 			b.opts.StopTimeout = 300 * time.Millisecond
 			err := b.StopClaim(ctx, claimX)
 			require.ErrorContains(t, err, "still answers 300ms after 'quit'")
@@ -172,7 +170,7 @@ func TestMPSAcrossPIDNamespaces(t *testing.T) {
 		},
 	}, {
 		name: "a daemon that died with its pod is replaced and reported",
-		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *checkpoint.MPSDaemon) {
+		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *MPSDaemon) {
 			mount := openPipeDir(t, x.Dir)
 			a.exit()
 			require.Eventually(t, func() bool { return len(daemonsUnder(t, b.opts.Root)) == 0 }, 5*time.Second, 10*time.Millisecond,
@@ -208,7 +206,7 @@ func TestMPSAcrossPIDNamespaces(t *testing.T) {
 // requireServedBy checks that the claim's directory exists and that its
 // daemon answers with the claim's settings, and that it is the daemon with
 // PID pid in the namespace that started it.
-func requireServedBy(t *testing.T, c *MPSControl, d *checkpoint.MPSDaemon, pid int) {
+func requireServedBy(t *testing.T, c *MPSControl, d *MPSDaemon, pid int) {
 	t.Helper()
 	require.DirExists(t, d.Dir)
 	require.NoError(t, c.probe(context.Background(), d.Dir))

@@ -12,8 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/klog/v2/ktesting"
-
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 )
 
 func fakeControl() string { return filepath.Join(binDir, "gpudra-fake-mps-control") }
@@ -94,7 +92,7 @@ func daemonsUnder(t *testing.T, root string) []int {
 func TestMPSControlStartStopAdopt(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	c := newMPS(t, fakeControl(), "")
-	d := &checkpoint.MPSDaemon{Devices: []string{gpuA}, ActiveThreadPercentage: 10, PinnedMemoryLimits: []int64{1 << 30}}
+	d := &MPSDaemon{Devices: []string{gpuA}, ActiveThreadPercentage: 10, PinnedMemoryLimits: []int64{1 << 30}}
 	require.NoError(t, c.Start(ctx, uid, d))
 	require.True(t, alive(d.PID))
 	require.Equal(t, c.ClaimDir(uid), d.Dir)
@@ -135,12 +133,12 @@ func TestMPSControlStartStopAdopt(t *testing.T) {
 
 func TestMPSControlStartFailures(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	err := newMPS(t, "/nonexistent/nvidia-cuda-mps-control", "").Start(ctx, uid, &checkpoint.MPSDaemon{Devices: []string{gpuA}})
+	err := newMPS(t, "/nonexistent/nvidia-cuda-mps-control", "").Start(ctx, uid, &MPSDaemon{Devices: []string{gpuA}})
 	require.ErrorContains(t, err, "set --mps-control-path")
-	require.ErrorIs(t, newMPS(t, "", "").Start(ctx, uid, &checkpoint.MPSDaemon{}), ErrNoTool)
+	require.ErrorIs(t, newMPS(t, "", "").Start(ctx, uid, &MPSDaemon{}), ErrNoTool)
 
 	c := newMPS(t, "/bin/false", "")
-	err = c.Start(ctx, uid, &checkpoint.MPSDaemon{Devices: []string{gpuA}})
+	err = c.Start(ctx, uid, &MPSDaemon{Devices: []string{gpuA}})
 	require.ErrorContains(t, err, "MPS control daemon exited at start")
 	require.NoDirExists(t, c.ClaimDir(uid), "a failed start leaves nothing behind")
 
@@ -149,7 +147,7 @@ func TestMPSControlStartFailures(t *testing.T) {
 	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n[ \"$1\" = -f ] && exec sleep 600\nexit 0\n"), 0o755))
 	c = newMPS(t, script, "")
 	c.opts.StartTimeout = 300 * time.Millisecond
-	err = c.Start(ctx, uid, &checkpoint.MPSDaemon{Devices: []string{gpuA}})
+	err = c.Start(ctx, uid, &MPSDaemon{Devices: []string{gpuA}})
 	require.ErrorContains(t, err, "did not answer within 300ms")
 	require.ErrorContains(t, err, `answered "", not a number`)
 	require.NoDirExists(t, c.ClaimDir(uid))
@@ -162,7 +160,7 @@ func TestMPSControlStopsStubbornAndHungDaemons(t *testing.T) {
 	t.Setenv(fakeQuitDelayEnv, "1h") // keeps answering after quit
 	c := newMPS(t, fakeControl(), "")
 	c.opts.StopTimeout = 300 * time.Millisecond
-	d := &checkpoint.MPSDaemon{Devices: []string{gpuA}}
+	d := &MPSDaemon{Devices: []string{gpuA}}
 	require.NoError(t, c.Start(ctx, uid, d))
 	require.NoError(t, c.StopClaim(ctx, uid))
 	require.False(t, alive(d.PID))

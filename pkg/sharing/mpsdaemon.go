@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
-
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 )
 
 // probeCommand is the query that tells whether a daemon answers. It only
@@ -60,14 +58,17 @@ func (c *MPSControl) run(ctx context.Context, dir string, timeout time.Duration,
 		if ctx.Err() != nil {
 			err = fmt.Errorf("no answer within %s: %w", timeout, err)
 		}
-		return out.String(), fmt.Errorf("send %q to the MPS control daemon in %s: %w: %s", cmds, dir, err, strings.TrimSpace(out.String()))
+		if said := strings.TrimSpace(out.String()); said != "" {
+			err = fmt.Errorf("%w: %s", err, said)
+		}
+		return out.String(), fmt.Errorf("MPS control command %q in %s: %w", cmds, dir, err)
 	}
 	return out.String(), nil
 }
 
 // waitAnswering waits until a daemon just started answers its pipe (its
 // control entry can exist a moment before it accepts connections).
-func (c *MPSControl) waitAnswering(ctx context.Context, d *checkpoint.MPSDaemon, done <-chan struct{}) error {
+func (c *MPSControl) waitAnswering(ctx context.Context, d *MPSDaemon, done <-chan struct{}) error {
 	deadline := time.NewTimer(c.opts.StartTimeout)
 	defer deadline.Stop()
 	delay := 2 * time.Millisecond
@@ -103,7 +104,7 @@ func (c *MPSControl) tail(dir string) string {
 }
 
 // Commands returns the control commands that apply d's settings.
-func Commands(d *checkpoint.MPSDaemon) []string {
+func Commands(d *MPSDaemon) []string {
 	var cmds []string
 	if d.ActiveThreadPercentage > 0 {
 		cmds = append(cmds, fmt.Sprintf("set_default_active_thread_percentage %d", d.ActiveThreadPercentage))

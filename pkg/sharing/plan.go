@@ -10,12 +10,30 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 )
 
 // ErrUnenforceable marks a configuration that the plugin cannot honour on
 // the allocated devices, e.g. an MPS limit above a consumable share.
 var ErrUnenforceable = errors.New("sharing configuration cannot be honoured")
+
+// MPSDaemon is the MPS control daemon of a claim: what PlanMPS decides (the
+// devices it serves and its settings) and, once MPSControl.Start has run it,
+// where it runs. The caller keeps it (pkg/prepare records it in the claim's
+// checkpoint record).
+type MPSDaemon struct {
+	// Devices are the UUIDs the daemon serves, in its device-ordinal order.
+	Devices []string
+	// ActiveThreadPercentage is the default for clients; 0 means unset.
+	ActiveThreadPercentage int32
+	// PinnedMemoryLimits are per device (same order as Devices), in bytes;
+	// nil or 0 means no limit.
+	PinnedMemoryLimits []int64
+	// PID of the daemon process, in the PID namespace of the plugin
+	// instance that started it (0 until started).
+	PID int
+	// Dir holds the daemon's pipe/ and log/ directories (set by Start).
+	Dir string
+}
 
 // Device is one allocated device of a claim, as sharing sees it.
 type Device struct {
@@ -87,18 +105,18 @@ func Check(devs []Device) error {
 // PlanMPS returns the daemon a claim needs for its devices (nil if none uses
 // MPS): the devices in order and their settings. It refuses settings that
 // cannot be honoured, with a message that says what to change.
-func PlanMPS(devs []Device) (*checkpoint.MPSDaemon, error) {
+func PlanMPS(devs []Device) (*MPSDaemon, error) {
 	if err := Check(devs); err != nil {
 		return nil, err
 	}
-	var d *checkpoint.MPSDaemon
+	var d *MPSDaemon
 	threadsFrom := ""
 	for _, dev := range devs {
 		if !dev.usesMPS() {
 			continue
 		}
 		if d == nil {
-			d = &checkpoint.MPSDaemon{}
+			d = &MPSDaemon{}
 		}
 		var cfg *v1alpha1.MpsConfig
 		if dev.Strategy() == v1alpha1.MPSStrategy {
@@ -161,7 +179,7 @@ func pinnedLimit(dev Device, cfg *v1alpha1.MpsConfig) (int64, error) {
 // visible, in that order) needs to reach the claim's MPS daemon: the pipe
 // and log directories and the limits, as environment the CUDA client reads.
 // It returns nothing if the daemon does not serve uuid.
-func ContainerEdits(d *checkpoint.MPSDaemon, uuid string, visible []string) ([]string, []*cdispec.Mount) {
+func ContainerEdits(d *MPSDaemon, uuid string, visible []string) ([]string, []*cdispec.Mount) {
 	if d == nil || !slices.Contains(d.Devices, uuid) {
 		return nil, nil
 	}

@@ -14,7 +14,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
-	"github.com/gpudra/gpudra/pkg/checkpoint"
 )
 
 var binDir string
@@ -114,7 +113,7 @@ func TestPlanMPS(t *testing.T) {
 }
 
 func TestContainerEdits(t *testing.T) {
-	d := &checkpoint.MPSDaemon{Dir: "/var/lib/mps/x", Devices: []string{gpuA, gpuB}, ActiveThreadPercentage: 25,
+	d := &MPSDaemon{Dir: "/var/lib/mps/x", Devices: []string{gpuA, gpuB}, ActiveThreadPercentage: 25,
 		PinnedMemoryLimits: []int64{0, 3 << 30}}
 	env, mounts := ContainerEdits(d, gpuB, []string{gpuB, gpuA})
 	require.Equal(t, []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_LOG_DIRECTORY=/var/log/nvidia-mps",
@@ -151,7 +150,7 @@ func TestNvidiaSMI(t *testing.T) {
 }
 
 func TestCommands(t *testing.T) {
-	require.Empty(t, Commands(&checkpoint.MPSDaemon{Devices: []string{gpuA}}))
+	require.Empty(t, Commands(&MPSDaemon{Devices: []string{gpuA}}))
 	require.Equal(t, []string{"set_default_active_thread_percentage 50", "set_default_device_pinned_mem_limit 1 1536M"},
-		Commands(&checkpoint.MPSDaemon{ActiveThreadPercentage: 50, PinnedMemoryLimits: []int64{0, 1536 << 20}}))
+		Commands(&MPSDaemon{ActiveThreadPercentage: 50, PinnedMemoryLimits: []int64{0, 1536 << 20}}))
 }

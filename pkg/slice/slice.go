@@ -34,6 +34,8 @@ const (
 	AttrIndex                 resourceapi.QualifiedName = "index"
 	AttrMinor                 resourceapi.QualifiedName = "minor"
 	AttrMIGCapable            resourceapi.QualifiedName = "migCapable"
+	// AttrECCEnabled is NVML's current ECC mode (false without ECC).
+	AttrECCEnabled resourceapi.QualifiedName = "eccEnabled"
 	// AttrNVLinkDomain is shared by the GPUs of a node that are fully
 	// connected by NVLink (model.GPU.NVLinkDomain); absent without NVLink.
 	// Use it in matchAttribute constraints to get NVLink-connected GPUs.
@@ -160,6 +162,7 @@ func gpuDevice(node *model.Node, gpu *model.GPU) (resourceapi.Device, error) {
 		AttrIndex:        integer(gpu.Index),
 		AttrMinor:        integer(gpu.Minor),
 		AttrMIGCapable:   {BoolValue: &gpu.MIGCapable},
+		AttrECCEnabled:   {BoolValue: &gpu.ECCEnabled},
 	}
 	versions := []struct {
 		name  resourceapi.QualifiedName

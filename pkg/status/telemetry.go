@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpudra/gpudra/pkg/telemetry/names"
 )
 
 // Usage is what a node's plugin reports of one device in its GPU telemetry
@@ -28,9 +30,9 @@ type Usage struct {
 
 // Metric names read from the plugins (pkg/telemetry).
 const (
-	metricUtilization = "gpudra_gpu_utilization_ratio"
-	metricMemoryUsed  = "gpudra_gpu_memory_used_bytes"
-	metricMemoryTotal = "gpudra_gpu_memory_total_bytes"
+	metricUtilization = names.MetricUtilization
+	metricMemoryUsed  = names.MetricMemoryUsed
+	metricMemoryTotal = names.MetricMemoryTotal
 )
 
 // PluginSelector selects the chart's kubelet plugin pods.
@@ -56,7 +58,7 @@ func ParseUsage(r io.Reader) (map[string]Usage, error) {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			device := label(m, "device")
+			device := MetricLabel(m, names.LabelDevice)
 			u := out[device]
 			set(&u, m.GetGauge().GetValue())
 			out[device] = u
@@ -65,7 +67,8 @@ func ParseUsage(r io.Reader) (map[string]Usage, error) {
 	return out, nil
 }
 
-func label(m *dto.Metric, name string) string {
+// MetricLabel is the value of a metric's label (empty when it has none).
+func MetricLabel(m *dto.Metric, name string) string {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == name {
 			return l.GetValue()
@@ -122,13 +125,40 @@ func scrapeURL(ctx context.Context, client *http.Client, url string) (map[string
 // proxy: the user needs get on pods/proxy. A node with two plugin pods (a
 // rolling update) is read from the newest.
 func ScrapePlugins(ctx context.Context, client kubernetes.Interface) (map[string]map[string]Usage, map[string]error, error) {
+	raw, errs, err := ReadPluginMetrics(ctx, client)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := map[string]map[string]Usage{}
+	for node, r := range raw {
+		u, err := ParseUsage(bytes.NewReader(r.Body))
+		if err != nil {
+			errs[node] = fmt.Errorf("plugin pod %s: %w", r.Pod, err)
+			continue
+		}
+		out[node] = u
+	}
+	return out, errs, nil
+}
+
+// PluginMetrics is one plugin pod's /metrics.
+type PluginMetrics struct {
+	// Pod is namespace/name of the plugin pod.
+	Pod  string
+	Body []byte
+}
+
+// ReadPluginMetrics reads /metrics of every node's running plugin pod (the
+// newest of a node's pods that answers) through the API server's pod proxy,
+// by node. Nodes whose plugin cannot be read are in the error map.
+func ReadPluginMetrics(ctx context.Context, client kubernetes.Interface) (map[string]PluginMetrics, map[string]error, error) {
 	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: PluginSelector})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list the gpudra plugin pods (%s): %w", PluginSelector, err)
 	}
 	items := pods.Items
 	sort.Slice(items, func(i, j int) bool { return items[j].CreationTimestamp.Before(&items[i].CreationTimestamp) })
-	out, errs := map[string]map[string]Usage{}, map[string]error{}
+	out, errs := map[string]PluginMetrics{}, map[string]error{}
 	for _, p := range items {
 		node := p.Spec.NodeName
 		if _, done := out[node]; done || node == "" || p.Status.Phase != corev1.PodRunning {
@@ -145,13 +175,8 @@ func ScrapePlugins(ctx context.Context, client kubernetes.Interface) (map[string
 				p.Namespace, p.Name, err)
 			continue
 		}
-		u, err := ParseUsage(bytes.NewReader(raw))
-		if err != nil {
-			errs[node] = fmt.Errorf("plugin pod %s/%s: %w", p.Namespace, p.Name, err)
-			continue
-		}
 		delete(errs, node)
-		out[node] = u
+		out[node] = PluginMetrics{Pod: p.Namespace + "/" + p.Name, Body: raw}
 	}
 	return out, errs, nil
 }

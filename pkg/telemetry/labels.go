@@ -3,10 +3,12 @@ package telemetry
 import (
 	"context"
 	"slices"
+
+	"github.com/gpudra/gpudra/pkg/telemetry/names"
 )
 
 // Label names of the device series, in order.
-var deviceLabels = []string{"node", "device", "uuid", "mig_profile", "claim_namespace", "claim_name", "pod_namespace", "pod_name"}
+var deviceLabels = names.DeviceLabels
 
 // series is one labelled device reading.
 type series struct {

@@ -6,21 +6,23 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpudra/gpudra/pkg/telemetry/names"
 )
 
-// Metric names, documented in the README.
+// Metric names (pkg/telemetry/names), documented in the README.
 const (
-	MetricUtilization    = "gpudra_gpu_utilization_ratio"
-	MetricMemoryUsed     = "gpudra_gpu_memory_used_bytes"
-	MetricMemoryTotal    = "gpudra_gpu_memory_total_bytes"
-	MetricPower          = "gpudra_gpu_power_watts"
-	MetricPowerLimit     = "gpudra_gpu_power_limit_watts"
-	MetricTemperature    = "gpudra_gpu_temperature_celsius"
-	MetricSMClock        = "gpudra_gpu_sm_clock_hertz"
-	MetricSMClockMax     = "gpudra_gpu_sm_clock_max_hertz"
-	MetricThrottleReason = "gpudra_gpu_throttle_reason_active"
-	MetricXIDs           = "gpudra_gpu_xid_errors_total"
-	MetricSampleSeconds  = "gpudra_plugin_telemetry_sample_duration_seconds"
+	MetricUtilization    = names.MetricUtilization
+	MetricMemoryUsed     = names.MetricMemoryUsed
+	MetricMemoryTotal    = names.MetricMemoryTotal
+	MetricPower          = names.MetricPower
+	MetricPowerLimit     = names.MetricPowerLimit
+	MetricTemperature    = names.MetricTemperature
+	MetricSMClock        = names.MetricSMClock
+	MetricSMClockMax     = names.MetricSMClockMax
+	MetricThrottleReason = names.MetricThrottleReason
+	MetricXIDs           = names.MetricXIDs
+	MetricSampleSeconds  = names.MetricSampleSeconds
 )
 
 // gauges maps reading fields to their metric and help text.
@@ -70,7 +72,7 @@ func newMetrics(node string, s *Sampler) *metrics {
 		append(append([]string(nil), labels...), "reason"), nil)
 	m.xids = prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricXIDs,
 		Help: "XID errors reported by the driver for the GPU since the plugin started, by XID (ignored ones included)."},
-		[]string{"node", "device", "uuid", "xid"})
+		[]string{names.LabelNode, names.LabelDevice, names.LabelUUID, "xid"})
 	m.sample = prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricSampleSeconds,
 		Help: "Time to sample the telemetry of every device of the node.", Buckets: sampleBuckets})
 	for _, d := range s.cfg.Devices {

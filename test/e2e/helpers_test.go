@@ -137,7 +137,10 @@ func containerGPUs(t *testing.T, ns, podName, container string) []seenGPU {
 	return gpus
 }
 
-var migLine = regexp.MustCompile(`^MIG Device \d+: .* \(UUID: (\S+)\)$`)
+// migLine is a MIG device line: "MIG 1g.10gb     Device  0: (UUID: MIG-...)"
+// as nvidia-smi -L writes it, or "MIG Device 0: GI 1 CI 0 (UUID: MIG-...)"
+// when the container does not know the profile.
+var migLine = regexp.MustCompile(`^MIG (?:\S+ +)?Device +\d+: (?:.* )?\(UUID: (\S+)\)$`)
 
 // realContainerGPUs reads gpudra-gpus output: a GPU with MIG devices under
 // it stands for those devices (what the claim was allocated), and a product

@@ -84,7 +84,7 @@ func runNotebook(t *testing.T, path string, update bool) {
 		}
 		t.Logf("cell %d: ok in %.1fs", i, time.Since(start).Seconds())
 		cell["execution_count"] = count
-		cell["outputs"] = streamOutputs(out)
+		cell["outputs"] = cellOutputs(out)
 	}
 	if update {
 		if err := nb.write(path); err != nil {
@@ -238,7 +238,7 @@ func startShell(dir, tmp string) (*shell, error) {
 			}
 		}
 	}()
-	if _, err := sh.stdin.WriteString(preamble); err != nil {
+	if _, err := sh.stdin.WriteString(preamble + displayFunction); err != nil {
 		sh.close()
 		return nil, err
 	}

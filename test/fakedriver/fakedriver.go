@@ -25,7 +25,7 @@ const (
 	ProfilesDir = "etc/gpudra-sim/profiles"
 	StateDir    = fakegpu.RootStateDir
 	StateFile   = StateDir + "/nvml-state.json"
-	FaultFile   = StateDir + "/faults"
+	FaultFile   = StateDir + "/" + fakegpu.FaultFileName
 	// ProcessDir holds the simulated compute processes (sim.Process): the
 	// fake runtime writes one per running container with GPUs.
 	ProcessDir = StateDir + "/processes"

@@ -83,7 +83,7 @@ func (w *writer) binaries(toolsDir string) {
 		script := "#!/bin/sh\necho \"" + name + ": a stub of a fake driver root (gpudra test/fakedriver); there is no GPU\" >&2\nexit 1\n"
 		w.file(filepath.Join(BinDir, name), []byte(script), 0o755)
 	}
-	w.file(filepath.Join(BinDir, HookBinary), []byte(noopHookScript), 0o755)
+	w.file(filepath.Join(BinDir, HookBinary), []byte(hookScript), 0o755)
 }
 
 // writer writes into a root; after the first error it does nothing and

@@ -2,6 +2,7 @@ package fakedriver
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,12 +19,15 @@ import (
 )
 
 // TestHookRecordsProcess runs the fake nvidia-cdi-hook the way runc runs a
-// createContainer hook (state on stdin, the bundle's config.json readable):
-// the container becomes a simulated GPU process for as long as the hook's
-// helper lives (in a container, until the container's PID namespace ends;
-// here, until its process group is killed).
+// createContainer hook: in the runtime's namespaces, with the state on stdin
+// naming the container's init (here a process alone in a new PID namespace)
+// and the bundle's config.json readable. The container is a simulated GPU
+// process while its PID namespace lives, and no longer once its init exits.
 func TestHookRecordsProcess(t *testing.T) {
-	for _, tool := range []string{"flock", "setsid", "sleep", "paste"} {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the container stands in as a process in a new PID namespace")
+	}
+	for _, tool := range []string{"flock", "setsid", "sleep", "paste", "nsenter"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("the hook needs %s: %v", tool, err)
 		}
@@ -36,12 +40,23 @@ func TestHookRecordsProcess(t *testing.T) {
 	require.NoError(t, os.MkdirAll(bundle, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"process":{"env":["PATH=/bin",
 		"NVIDIA_VISIBLE_DEVICES=GPU-abc","GPUDRA_GPU_3=GPU-abc","GPUDRA_MIG_4_2_0=MIG-def"]}}`), 0o644))
-	run := func(id, bundle string) {
+
+	// The container's init: PID 1 of a PID namespace of its own.
+	init := exec.Command("sleep", "600")
+	init.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	require.NoError(t, init.Start())
+	initExited := make(chan struct{})
+	go func() { _ = init.Wait(); close(initExited) }()
+	t.Cleanup(func() { _ = init.Process.Kill(); <-initExited })
+
+	run := func(id string, pid int, bundle string) {
 		t.Helper()
 		cmd := exec.Command(hook, "create-symlinks", "--link", "x::y")
-		cmd.Stdin = strings.NewReader(`{"ociVersion":"1.2.0","id":"` + id + `","status":"creating","pid":4242,"bundle":"` + bundle +
-			`","annotations":{"io.kubernetes.cri.sandbox-id":"s1"}}`)
+		cmd.Stdin = strings.NewReader(`{"ociVersion":"1.2.0","id":"` + id + `","status":"creating","pid":` + strconv.Itoa(pid) +
+			`,"bundle":"` + bundle + `","annotations":{"io.kubernetes.cri.sandbox-id":"s1"}}`)
 		var out bytes.Buffer
+		// A buffer, as runc gives: Run returns only at EOF of the hook's
+		// output, so a helper holding it would hang the container's start.
 		cmd.Stdout, cmd.Stderr = &out, &out
 		start := time.Now()
 		require.NoError(t, cmd.Run(), out.String())
@@ -54,28 +69,35 @@ func TestHookRecordsProcess(t *testing.T) {
 		return p
 	}
 
-	run("c0ffee", bundle)
-	run("c0ffee", bundle) // the spec's next hook
+	run("c0ffee", init.Process.Pid, bundle)
+	run("c0ffee", init.Process.Pid, bundle) // the spec's next hook
 	require.Eventually(t, func() bool { return len(procs()) == 1 }, 5*time.Second, 20*time.Millisecond)
 	assert.Equal(t, sim.Process{Name: "c0ffee", Devices: []string{"GPU-abc", "MIG-def"}}, procs()["c0ffee"])
-	helpers := helperGroups(t, filepath.Join(dir, "c0ffee.lock"))
+	helpers := lockHolders(t, filepath.Join(dir, "c0ffee.lock"))
 	require.Len(t, helpers, 1, "one helper however many hooks ran")
+	initNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init.Process.Pid))
+	require.NoError(t, err)
+	helperNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", helpers[0]))
+	require.NoError(t, err)
+	assert.Equal(t, initNS, helperNS, "the helper lives in the container's PID namespace")
 
 	noGPU := filepath.Join(t.TempDir(), "bundle")
 	require.NoError(t, os.MkdirAll(noGPU, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(noGPU, "config.json"), []byte(`{"process":{"env":["PATH=/bin"]}}`), 0o644))
-	run("plain", noGPU)
-	run("broken", filepath.Join(t.TempDir(), "missing"))
+	run("plain", init.Process.Pid, noGPU)
+	run("broken", init.Process.Pid, filepath.Join(t.TempDir(), "missing"))
+	run("nopid", 0, bundle) // no container to tie a record to: none
+	assert.Len(t, procs(), 1)
 
-	require.NoError(t, syscall.Kill(-helpers[0], syscall.SIGKILL)) // the container ends
+	require.NoError(t, init.Process.Kill()) // the container ends
+	<-initExited
 	require.Eventually(t, func() bool { return len(procs()) == 0 }, 5*time.Second, 20*time.Millisecond,
-		"a record whose helper is gone is dead")
+		"a record whose container is gone is dead")
 	assert.NoFileExists(t, filepath.Join(dir, "c0ffee.json"))
 }
 
-// helperGroups returns the process groups of the flock processes holding
-// lock.
-func helperGroups(t *testing.T, lock string) []int {
+// lockHolders returns the PIDs of the flock processes holding lock.
+func lockHolders(t *testing.T, lock string) []int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	require.NoError(t, err)
@@ -89,13 +111,11 @@ func helperGroups(t *testing.T, lock string) []int {
 		if err != nil || !strings.HasPrefix(string(cmdline), "flock\x00") || !bytes.Contains(cmdline, []byte(lock)) {
 			continue
 		}
-		pgid, err := syscall.Getpgid(pid)
-		require.NoError(t, err)
-		out = append(out, pgid)
+		out = append(out, pid)
 	}
 	t.Cleanup(func() {
-		for _, g := range out {
-			_ = syscall.Kill(-g, syscall.SIGKILL)
+		for _, p := range out { // setsid made each the leader of its group
+			_ = syscall.Kill(-p, syscall.SIGKILL)
 		}
 	})
 	return out

@@ -28,9 +28,15 @@ func TestNvidiaSMI(t *testing.T) {
 		{"other subcommand", []string{"-L"}, 2, "only 'compute-policy' is simulated", "2"},
 		{"unknown flag", []string{"compute-policy", "--reset"}, 2, "Invalid combination", "2"},
 		{"back to default", []string{"compute-policy", "-i", uuid, "--set-timeslice=0"}, 0, "Set timeslice to 0", "0"},
+		{"lost", []string{"compute-policy", "-i", uuid, "--set-timeslice=2"}, 15, "GPU is lost", "0"},
+		{"lost by XID 79", []string{"compute-policy", "-i", uuid, "--get-timeslice"}, 15, "GPU is lost", "0"},
+		{"reset", []string{"compute-policy", "-i", uuid, "--set-timeslice=1"}, 0, "Set timeslice to 1", "1"},
 	}
+	faults := map[string]string{"lost": "gpu-0 xid 79\n" + strings.ToLower(uuid) + " lost # by UUID\n",
+		"lost by XID 79": uuid + " xid 79\n", "reset": "gpu-0 lost\n"}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, os.WriteFile(filepath.Join(state, FaultFileName), []byte(faults[tc.name]), 0o644))
 			var out bytes.Buffer
 			require.Equal(t, tc.wantCode, NvidiaSMI(tc.args, &out, &out), out.String())
 			require.Contains(t, out.String(), tc.wantOut)

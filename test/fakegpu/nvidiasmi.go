@@ -67,6 +67,11 @@ func NvidiaSMI(args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "No devices were found matching %q\n", uuid)
 		return 6
 	}
+	if lostInFaultFile(stateDir, uuid) {
+		// What the real tool says for a GPU that fell off the bus.
+		_, _ = fmt.Fprintf(stderr, "Unable to determine the device handle for GPU %s: GPU is lost. Reboot the system to recover this GPU\n", uuid)
+		return 15
+	}
 	path := TimeSlicePath(stateDir, uuid)
 	if get {
 		b, err := os.ReadFile(path)
@@ -92,4 +97,28 @@ func NvidiaSMI(args []string, stdout, stderr io.Writer) int {
 	}
 	_, _ = fmt.Fprintf(stdout, "Set timeslice to %d for GPU %s\n", level, uuid)
 	return 0
+}
+
+// FaultFileName is the simulated node's fault file in the state directory
+// (pkg/nvmllib/sim's FaultFile, test/fakedriver.FaultFile).
+const FaultFileName = "faults"
+
+// lostInFaultFile reports whether the node's fault file names the GPU by its
+// UUID as lost ("<uuid> lost" or "<uuid> xid 79"): the simulated NVML then
+// answers nothing about it, and neither does this tool. A GPU named by its
+// device name (gpu-<index>) is not recognised here: the tool only knows
+// UUIDs.
+func lostInFaultFile(stateDir, uuid string) bool {
+	b, err := os.ReadFile(filepath.Join(stateDir, FaultFileName))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		f := strings.Fields(line)
+		if len(f) >= 2 && strings.EqualFold(f[0], uuid) && (f[1] == "lost" || len(f) == 3 && f[1] == "xid" && f[2] == "79") {
+			return true
+		}
+	}
+	return false
 }

@@ -25,6 +25,21 @@ func (l *Library) DeviceGetMigMode(h uintptr, current, pending unsafe.Pointer) n
 	})
 }
 
+// DeviceGetEccMode is nvmlDeviceGetEccMode.
+func (l *Library) DeviceGetEccMode(h uintptr, current, pending unsafe.Pointer) nvml.Return {
+	return l.onDevice("nvmlDeviceGetEccMode", h, func(d nvml.Device) nvml.Return {
+		if current == nil || pending == nil {
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		c, p, ret := d.GetEccMode()
+		if ret != nvml.SUCCESS {
+			return ret
+		}
+		*(*uint32)(current), *(*uint32)(pending) = uint32(c), uint32(p)
+		return nvml.SUCCESS
+	})
+}
+
 // DeviceSetMigMode is nvmlDeviceSetMigMode.
 func (l *Library) DeviceSetMigMode(h uintptr, mode uint32, activation unsafe.Pointer) nvml.Return {
 	return l.onDevice("nvmlDeviceSetMigMode", h, func(d nvml.Device) nvml.Return {

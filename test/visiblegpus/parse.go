@@ -79,12 +79,19 @@ func ParseVisibleDevices(value string, set bool) (Selection, error) {
 }
 
 // Env is what the gpudra CDI specs put into a container's environment
-// (pkg/cdi): GPUDRA_GPU_<minor>=<uuid> for a whole GPU and
-// GPUDRA_MIG_<minor>_<gi>_<ci>=<uuid> for a MIG device of the GPU with that
-// minor, plus the sharing variables.
+// (pkg/cdi): GPUDRA_GPU_<minor>=<uuid> for a whole GPU,
+// GPUDRA_MIG_<minor>_<gi>_<ci>=<uuid> (and ..._PROFILE=<profile>) for a MIG
+// device of the GPU with that minor, GPUDRA_MIG_<minor>_PARENT=<uuid> for
+// that GPU, GPUDRA_GPU_<minor>_PRODUCT=<product name>, plus the sharing
+// variables.
 type Env struct {
 	// GPUs maps a GPU's minor to its UUID.
 	GPUs map[int]string
+	// Parents maps the minor of a GPU whose MIG devices the container has
+	// to the GPU's UUID.
+	Parents map[int]string
+	// Products maps a GPU's minor to its product name.
+	Products map[int]string
 	// MIG lists the MIG devices.
 	MIG []EnvMIG
 	// Sharing holds GPUDRA_SHARING_STRATEGY and GPUDRA_TIMESLICE_INTERVAL
@@ -96,17 +103,23 @@ type Env struct {
 type EnvMIG struct {
 	Minor, GI, CI int
 	UUID          string
+	// Profile from GPUDRA_MIG_<minor>_<gi>_<ci>_PROFILE; empty when unset.
+	Profile string
 }
 
 var (
-	gpuEnvRE = regexp.MustCompile(`^GPUDRA_GPU_([0-9]+)$`)
-	migEnvRE = regexp.MustCompile(`^GPUDRA_MIG_([0-9]+)_([0-9]+)_([0-9]+)$`)
+	gpuEnvRE     = regexp.MustCompile(`^GPUDRA_GPU_([0-9]+)$`)
+	productEnvRE = regexp.MustCompile(`^GPUDRA_GPU_([0-9]+)_PRODUCT$`)
+	parentEnvRE  = regexp.MustCompile(`^GPUDRA_MIG_([0-9]+)_PARENT$`)
+	migEnvRE     = regexp.MustCompile(`^GPUDRA_MIG_([0-9]+)_([0-9]+)_([0-9]+)$`)
+	profileEnvRE = regexp.MustCompile(`^GPUDRA_MIG_([0-9]+)_([0-9]+)_([0-9]+)_PROFILE$`)
 )
 
 // ParseEnv reads the gpudra variables from KEY=value pairs (os.Environ()).
 // Other variables are ignored; a gpudra variable with an empty value is too.
 func ParseEnv(environ []string) Env {
-	e := Env{GPUs: map[int]string{}}
+	e := Env{GPUs: map[int]string{}, Parents: map[int]string{}, Products: map[int]string{}}
+	profiles := map[[3]int]string{}
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -123,7 +136,16 @@ func ParseEnv(environ []string) Env {
 			e.GPUs[atoi(m[1])] = v
 		} else if m := migEnvRE.FindStringSubmatch(k); m != nil {
 			e.MIG = append(e.MIG, EnvMIG{Minor: atoi(m[1]), GI: atoi(m[2]), CI: atoi(m[3]), UUID: v})
+		} else if m := productEnvRE.FindStringSubmatch(k); m != nil {
+			e.Products[atoi(m[1])] = v
+		} else if m := parentEnvRE.FindStringSubmatch(k); m != nil {
+			e.Parents[atoi(m[1])] = v
+		} else if m := profileEnvRE.FindStringSubmatch(k); m != nil {
+			profiles[[3]int{atoi(m[1]), atoi(m[2]), atoi(m[3])}] = v
 		}
+	}
+	for i := range e.MIG {
+		e.MIG[i].Profile = profiles[[3]int{e.MIG[i].Minor, e.MIG[i].GI, e.MIG[i].CI}]
 	}
 	return e
 }

@@ -42,6 +42,8 @@ type MIGDevice struct {
 	GI, CI int
 	UUID   string
 	Minor  int // the parent GPU's
+	// Profile such as "1g.10gb"; empty when no variable names it.
+	Profile string
 }
 
 // Inputs is what the container shows.
@@ -91,6 +93,12 @@ func Discover(in Inputs) (*Result, error) {
 	}
 	for i, minor := range minors {
 		g := GPU{Index: i, Minor: minor, UUID: env.GPUs[minor], Product: UnknownProduct}
+		if g.UUID == "" {
+			g.UUID = env.Parents[minor]
+		}
+		if name := env.Products[minor]; name != "" {
+			g.Product = name
+		}
 		p, ok := procByMinor[minor]
 		switch {
 		case g.UUID == "" && ok && p.UUID != "":
@@ -152,7 +160,7 @@ func (r *Result) addMIG(migs []EnvMIG, byMinor map[int]*GPU, hasCaps bool) {
 		if !hasCaps {
 			r.warn("GPUDRA_MIG_%d_%d_%d=%s, but /dev/nvidia-caps has no capability nodes: that MIG device cannot be used", m.Minor, m.GI, m.CI, m.UUID)
 		}
-		g.MIG = append(g.MIG, MIGDevice{Index: len(g.MIG), GI: m.GI, CI: m.CI, UUID: m.UUID, Minor: m.Minor})
+		g.MIG = append(g.MIG, MIGDevice{Index: len(g.MIG), GI: m.GI, CI: m.CI, UUID: m.UUID, Minor: m.Minor, Profile: m.Profile})
 	}
 }
 
@@ -215,15 +223,20 @@ func lookup(environ []string, key string) (string, bool) {
 // Format writes the GPUs like `nvidia-smi -L`:
 //
 //	GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)
-//	  MIG Device 0: GI 1 CI 0 (UUID: MIG-...)
+//	  MIG 1g.10gb     Device  0: (UUID: MIG-...)
 //
-// The MIG profile (nvidia-smi's "MIG 1g.10gb") is not visible in the
-// container, so the line names the GPU and compute instance instead.
+// A MIG device whose profile no variable names (a spec written by an older
+// plugin) is written with its GPU and compute instance instead:
+// "  MIG Device 0: GI 1 CI 0 (UUID: MIG-...)".
 func Format(w io.Writer, r *Result) error {
 	var b strings.Builder
 	for _, g := range r.GPUs {
 		fmt.Fprintf(&b, "GPU %d: %s (UUID: %s)\n", g.Index, g.Product, g.UUID)
 		for _, m := range g.MIG {
+			if m.Profile != "" {
+				fmt.Fprintf(&b, "  MIG %-12sDevice %2d: (UUID: %s)\n", m.Profile, m.Index, m.UUID)
+				continue
+			}
 			fmt.Fprintf(&b, "  MIG Device %d: GI %d CI %d (UUID: %s)\n", m.Index, m.GI, m.CI, m.UUID)
 		}
 	}

@@ -44,18 +44,24 @@ func TestParseVisibleDevices(t *testing.T) {
 }
 
 func TestParseEnv(t *testing.T) {
+	none := func() map[int]string { return map[int]string{} }
 	for name, tc := range map[string]struct {
 		environ []string
 		want    Env
 	}{
-		"nothing": {[]string{"PATH=/bin", "HOME=/"}, Env{GPUs: map[int]string{}}},
-		"gpus": {[]string{"GPUDRA_GPU_3=GPU-c", "GPUDRA_GPU_0=GPU-a", "GPUDRA_GPU_1=", "GPUDRA_GPU_X=GPU-x", "GPUDRA_GPU_2_PRODUCT=H100"},
-			Env{GPUs: map[int]string{3: "GPU-c", 0: "GPU-a"}}},
+		"nothing": {[]string{"PATH=/bin", "HOME=/"}, Env{GPUs: none(), Parents: none(), Products: none()}},
+		"gpus": {[]string{"GPUDRA_GPU_3=GPU-c", "GPUDRA_GPU_0=GPU-a", "GPUDRA_GPU_1=", "GPUDRA_GPU_X=GPU-x", "GPUDRA_GPU_2_PRODUCT=H100",
+			"GPUDRA_GPU_3_PRODUCT=", "GPUDRA_GPU_X_PRODUCT=L4"},
+			Env{GPUs: map[int]string{3: "GPU-c", 0: "GPU-a"}, Parents: none(), Products: map[int]string{2: "H100"}}},
 		"mig": {[]string{"GPUDRA_MIG_4_2_0=MIG-b", "GPUDRA_MIG_4_1=MIG-x", "NVIDIA_VISIBLE_DEVICES=MIG-b"},
-			Env{GPUs: map[int]string{}, MIG: []EnvMIG{{Minor: 4, GI: 2, CI: 0, UUID: "MIG-b"}}}},
+			Env{GPUs: none(), Parents: none(), Products: none(), MIG: []EnvMIG{{Minor: 4, GI: 2, CI: 0, UUID: "MIG-b"}}}},
+		"mig with profile and parent": {[]string{"GPUDRA_MIG_4_2_0_PROFILE=1g.10gb+me", "GPUDRA_MIG_4_2_0=MIG-b", "GPUDRA_MIG_4_3_0=MIG-c",
+			"GPUDRA_MIG_4_PARENT=GPU-p", "GPUDRA_MIG_5_1_0_PROFILE=2g.20gb", "GPUDRA_MIG_4_PROFILE=x"},
+			Env{GPUs: none(), Parents: map[int]string{4: "GPU-p"}, Products: none(), MIG: []EnvMIG{
+				{Minor: 4, GI: 2, CI: 0, UUID: "MIG-b", Profile: "1g.10gb+me"}, {Minor: 4, GI: 3, CI: 0, UUID: "MIG-c"}}}},
 		"sharing": {[]string{"GPUDRA_SHARING_STRATEGY=TimeSlicing", "GPUDRA_TIMESLICE_INTERVAL=Long",
 			"CUDA_MPS_PIPE_DIRECTORY=/mps/x", "GPUDRA_OTHER=1", "broken"},
-			Env{GPUs: map[int]string{}, Sharing: []string{"GPUDRA_SHARING_STRATEGY=TimeSlicing", "GPUDRA_TIMESLICE_INTERVAL=Long",
+			Env{GPUs: none(), Parents: none(), Products: none(), Sharing: []string{"GPUDRA_SHARING_STRATEGY=TimeSlicing", "GPUDRA_TIMESLICE_INTERVAL=Long",
 				"CUDA_MPS_PIPE_DIRECTORY=/mps/x"}}},
 	} {
 		assert.Equal(t, tc.want, ParseEnv(tc.environ), name)
@@ -120,6 +126,19 @@ func TestDiscover(t *testing.T) {
 			in: Inputs{Environ: []string{"NVIDIA_VISIBLE_DEVICES=MIG-2", "GPUDRA_MIG_4_5_0=MIG-2", "GPUDRA_MIG_4_3_1=MIG-1"},
 				DevNodes: append(control, "nvidia4"), CapNodes: []string{"nvidia-cap1", "nvidia-cap2"}, Proc: []ProcGPU{a100}},
 			want: "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-a4)\n  MIG Device 0: GI 3 CI 1 (UUID: MIG-1)\n  MIG Device 1: GI 5 CI 0 (UUID: MIG-2)\n",
+		},
+		"product from the CDI variables": {
+			in:   Inputs{Environ: []string{"GPUDRA_GPU_3=GPU-s3", "GPUDRA_GPU_3_PRODUCT=NVIDIA L4"}, DevNodes: append(control, "nvidia3")},
+			want: "GPU 0: NVIDIA L4 (UUID: GPU-s3)\n",
+		},
+		"MIG devices like nvidia-smi -L: profile, parent and product from the CDI variables": {
+			in: Inputs{Environ: []string{"NVIDIA_VISIBLE_DEVICES=MIG-2,MIG-1", "GPUDRA_MIG_2_5_0=MIG-2", "GPUDRA_MIG_2_5_0_PROFILE=1g.10gb",
+				"GPUDRA_MIG_2_3_0=MIG-1", "GPUDRA_MIG_2_3_0_PROFILE=3g.40gb", "GPUDRA_MIG_2_PARENT=GPU-a2",
+				"GPUDRA_GPU_2_PRODUCT=NVIDIA A100-SXM4-40GB"},
+				DevNodes: append(control, "nvidia2"), CapNodes: []string{"nvidia-cap1", "nvidia-cap2"}},
+			want: "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-a2)\n" +
+				"  MIG 3g.40gb     Device  0: (UUID: MIG-1)\n" +
+				"  MIG 1g.10gb     Device  1: (UUID: MIG-2)\n",
 		},
 		"MIG without caps, parent UUID unknown": {
 			in:       Inputs{Environ: []string{"GPUDRA_MIG_0_1_0=MIG-9"}, DevNodes: []string{"nvidia0"}},

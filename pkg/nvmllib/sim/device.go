@@ -101,6 +101,16 @@ func (d *device) setFuncs() {
 		d.computeMode = mode
 		return nvml.SUCCESS
 	}
+	d.GetEccModeFunc = func() (nvml.EnableState, nvml.EnableState, nvml.Return) {
+		if !m.ECC {
+			return 0, 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		mode := nvml.FEATURE_DISABLED
+		if d.gpu.ECCEnabled {
+			mode = nvml.FEATURE_ENABLED
+		}
+		return mode, mode, nvml.SUCCESS
+	}
 	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return false, nvml.SUCCESS }
 	d.GetDeviceHandleFromMigDeviceHandleFunc = func() (nvml.Device, nvml.Return) {
 		return nil, nvml.ERROR_INVALID_ARGUMENT

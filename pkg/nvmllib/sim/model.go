@@ -135,6 +135,9 @@ func (s *modelSpec) validate(at string) (*Model, error) {
 	if m.SMClock, err = clockRange(at, s.IdleSMClockMHz, s.MaxSMClockMHz); err != nil {
 		return nil, err
 	}
+	if s.ECCEnabled != nil {
+		m.ECC, m.ECCDefault = true, *s.ECCEnabled
+	}
 	switch {
 	case s.MIGCapable && s.MIG == nil:
 		return nil, fmt.Errorf("%s: required when migCapable is true", join(at, "mig"))

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -159,4 +160,44 @@ func TestPCIAddress(t *testing.T) {
 		_, err := parsePCIAddress(bad)
 		assert.Error(t, err, bad)
 	}
+}
+
+// ECC mode: the model's default, overridden per GPU; NVML's answer follows
+// it, and a model without eccEnabled has no ECC at all.
+func TestECCMode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  string
+		want []nvml.Return // per GPU: SUCCESS (see on) or NOT_SUPPORTED
+		on   []bool
+	}{
+		{"built-in default", header + "gpus: [{model: l4, count: 2}]\n",
+			[]nvml.Return{nvml.SUCCESS, nvml.SUCCESS}, []bool{true, true}},
+		{"one GPU turned off", header + "gpus:\n  - model: h100-sxm5-80gb\n    count: 2\n    devices: [{}, {eccEnabled: false}]\n",
+			[]nvml.Return{nvml.SUCCESS, nvml.SUCCESS}, []bool{true, false}},
+		{"group turned off, one back on", header + "gpus:\n  - model: l4\n    count: 2\n    eccEnabled: false\n    devices: [{eccEnabled: true}]\n",
+			[]nvml.Return{nvml.SUCCESS, nvml.SUCCESS}, []bool{true, false}},
+		{"model without ECC", header + myModel + "gpus: [{model: my-gpu}]\n",
+			[]nvml.Return{nvml.ERROR_NOT_SUPPORTED}, []bool{false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse([]byte(tc.doc))
+			require.NoError(t, err)
+			srv := NewServer(p, "node-a")
+			require.Equal(t, nvml.SUCCESS, srv.Init())
+			defer func() { _ = srv.Shutdown() }()
+			for i := range tc.want {
+				d, ret := srv.DeviceGetHandleByIndex(i)
+				require.Equal(t, nvml.SUCCESS, ret)
+				cur, pending, ret := d.GetEccMode()
+				require.Equal(t, tc.want[i], ret, "GPU %d", i)
+				if ret == nvml.SUCCESS {
+					require.Equal(t, tc.on[i], cur == nvml.FEATURE_ENABLED, "GPU %d current", i)
+					require.Equal(t, cur, pending, "GPU %d: nothing is pending", i)
+				}
+			}
+		})
+	}
+	_, err := Parse([]byte(header + myModel + "gpus: [{model: my-gpu, eccEnabled: true}]\n"))
+	require.ErrorContains(t, err, `gpus[0].eccEnabled: model "my-gpu" has no ECC memory`)
 }

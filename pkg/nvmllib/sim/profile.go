@@ -38,6 +38,9 @@ type GPU struct {
 	// MIGDevices lists GPU instance profile names (e.g. "3g.40gb") created at
 	// start, each with one compute instance spanning the GPU instance.
 	MIGDevices []string
+	// ECCEnabled is the GPU's current (and pending) ECC mode; only
+	// meaningful when Model.ECC is true.
+	ECCEnabled bool
 	// NVLinkDomain numbers the profile's NVLink domain the GPU belongs to:
 	// 1 + its index in the profile's nvlink list; 0 when it has no NVLink
 	// peer (see nvlink.go).
@@ -63,6 +66,9 @@ type Model struct {
 	BoardPartNumber string
 	// MIG is nil when the model is not MIG-capable.
 	MIG *MIG
+	// ECC reports whether the model has ECC memory; ECCDefault is the mode
+	// it ships with.
+	ECC, ECCDefault bool
 	// Power is nil when the model does not describe its power draw.
 	Power *PowerRange
 	// SMClock is nil when the model does not describe its SM clocks.

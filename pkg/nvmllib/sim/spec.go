@@ -35,6 +35,9 @@ type deviceSpec struct {
 	PCIeRoot   string   `json:"pcieRoot"`
 	MIGEnabled *bool    `json:"migEnabled"`
 	MIGDevices []string `json:"migDevices"`
+	// ECCEnabled overrides the model's ECC mode (an administrator ran
+	// nvidia-smi -e); only for a model with ECC.
+	ECCEnabled *bool `json:"eccEnabled"`
 }
 
 // gpuGroupSpec is one entry of gpus: Count GPUs of one model.
@@ -60,6 +63,9 @@ type modelSpec struct {
 	BoardPartNumber   string   `json:"boardPartNumber"`
 	MIGCapable        bool     `json:"migCapable"`
 	MIG               *migSpec `json:"mig"`
+	// ECCEnabled is the ECC mode the GPU ships with; absent: the model has
+	// no ECC (NVML answers NOT_SUPPORTED).
+	ECCEnabled *bool `json:"eccEnabled"`
 	// The telemetry the simulator reports under load (telemetry.go); a
 	// model without them answers power and clock queries NOT_SUPPORTED.
 	PowerLimitWatts int `json:"powerLimitWatts"`

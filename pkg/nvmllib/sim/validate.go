@@ -151,7 +151,7 @@ func (g *gpuGroupSpec) expand(at string, models map[string]*Model, busIDs map[pc
 	if g.PCIBusID != "" && count > 1 {
 		return nil, fmt.Errorf("%s: only allowed for a single GPU; list one bus ID per GPU under devices", join(at, "pciBusID"))
 	}
-	base := GPU{Model: model}
+	base := GPU{Model: model, ECCEnabled: model.ECCDefault}
 	if err := g.apply(at, &base, busIDs); err != nil {
 		return nil, err
 	}
@@ -201,6 +201,12 @@ func (d *deviceSpec) apply(at string, gpu *GPU, busIDs map[pciAddress]string) er
 			return fmt.Errorf("%s: model %q is not MIG-capable", join(at, "migEnabled"), gpu.Model.Name)
 		}
 		gpu.MIGEnabled = *d.MIGEnabled
+	}
+	if d.ECCEnabled != nil {
+		if !gpu.Model.ECC {
+			return fmt.Errorf("%s: model %q has no ECC memory (set eccEnabled on the model to give it ECC)", join(at, "eccEnabled"), gpu.Model.Name)
+		}
+		gpu.ECCEnabled = *d.ECCEnabled
 	}
 	if d.MIGDevices != nil {
 		if !gpu.Model.MIGCapable() {

@@ -6,6 +6,11 @@ import "unsafe"
 
 // MIG: on GPU and MIG device handles, GPU instances, compute instances.
 
+//export nvmlDeviceGetEccMode
+func nvmlDeviceGetEccMode(d uintptr, current, pending unsafe.Pointer) int32 {
+	return r(lib.DeviceGetEccMode(d, current, pending))
+}
+
 //export nvmlDeviceGetMigMode
 func nvmlDeviceGetMigMode(d uintptr, current, pending unsafe.Pointer) int32 {
 	return r(lib.DeviceGetMigMode(d, current, pending))

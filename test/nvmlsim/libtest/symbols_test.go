@@ -70,7 +70,7 @@ func TestEveryGoNVMLSymbolExists(t *testing.T) {
 		"nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetBrand", "nvmlDeviceGetArchitecture", "nvmlDeviceGetMinorNumber",
 		"nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2",
 		"nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetNumaNodeId",
-		"nvmlDeviceGetP2PStatus", "nvmlDeviceGetMigMode", "nvmlDeviceSetMigMode", "nvmlDeviceGetMaxMigDeviceCount",
+		"nvmlDeviceGetP2PStatus", "nvmlDeviceGetEccMode", "nvmlDeviceGetMigMode", "nvmlDeviceSetMigMode", "nvmlDeviceGetMaxMigDeviceCount",
 		"nvmlDeviceGetMigDeviceHandleByIndex", "nvmlDeviceIsMigDeviceHandle", "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
 		"nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetGpuInstanceProfileInfo",
 		"nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
