@@ -134,31 +134,50 @@ report() {
   done
 }
 
+# step runs one "# then|before|after:" line of a spec, with the cluster's
+# kubectl and gpudra-cluster.
+step() {
+  local step=$1
+  echo "   \$ $step"
+  step=${step//kubectl/\"$kubectl\"}
+  eval "${step/gpudra-cluster/\"$cluster\"}" >/dev/null
+}
+
+# steps runs the spec's "# $1:" lines in order; it stops at the first that fails.
+steps() {
+  local line
+  while IFS= read -r line; do
+    step "$line" || { echo "!! failed: $line"; return 1; }
+  done < <(sed -n "s/^# $1: //p" "$spec")
+}
+
 # DEMO_SPECS is a glob (or several): word splitting and expansion wanted.
 # shellcheck disable=SC2206
 specs=(${DEMO_SPECS:-demo/specs/*.yaml})
 failed=0
 for spec in "${specs[@]}"; do
   log "== $(basename "$spec")"
-  grep '^# ' "$spec" | grep -Ev '^# (then|node):' | sed 's/^# /   /'
+  grep '^# ' "$spec" | grep -Ev '^# (then|node|before|after):' | sed 's/^# /   /'
   # "# node: NAME=PROFILE FLAGS...": the scenario needs a node whose plugin
   # has other flags than the DaemonSet's; only the fast cluster can add one.
   if grep -q '^# node:' "$spec"; then
     echo "   (skipped here: needs a node with its own plugin flags — run it on the fast cluster: E2E_RUNTIME=fake, test/cluster/cluster.sh)"
     continue
   fi
+  # "# before:" steps prepare the cluster (e.g. partition GPUs, switch the
+  # plugin's flags); "# after:" steps undo them once the spec is deleted.
+  steps before || failed=1
   "$kubectl" apply -f "$spec" >/dev/null
   settle || failed=1
   while IFS= read -r step; do
-    echo "   \$ $step"
-    step=${step//kubectl/\"$kubectl\"}
-    eval "${step/gpudra-cluster/\"$cluster\"}" >/dev/null
+    step "$step"
     sleep 2
     settle || failed=1
   done < <(sed -n 's/^# then: //p' "$spec")
   report
   "$kubectl" delete -f "$spec" --wait=true --timeout=90s >/dev/null
   "$kubectl" -n "$ns" wait --for=delete pod --all --timeout=90s >/dev/null 2>&1 || true
+  steps after || failed=1
   "$kubectl" -n "$ns" delete events --all >/dev/null 2>&1 || true
 done
 [ "$failed" = 0 ] || { echo "!! some scenarios did not settle"; exit 1; }

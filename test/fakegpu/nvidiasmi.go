@@ -35,15 +35,19 @@ func TimeSlicePath(stateDir, uuid string) string {
 //	compute-policy -i <uuid> --set-timeslice=<0..3>
 //	compute-policy -i <uuid> --get-timeslice
 //
-// and records the level in TimeSlicePath(StateDir(), uuid).
+// and records the level in TimeSlicePath(StateDir(), uuid), and the MIG
+// commands of nvidiasmi_mig.go.
 func NvidiaSMI(args []string, stdout, stderr io.Writer) int {
+	if isMIGCommand(args) {
+		return migSMI(args, stdout, stderr)
+	}
 	stateDir, err := StateDir()
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "fake nvidia-smi: %v\n", err)
 		return 2
 	}
 	if len(args) == 0 || args[0] != "compute-policy" {
-		_, _ = fmt.Fprintf(stderr, "fake nvidia-smi: only 'compute-policy' is simulated, got %q\n", strings.Join(args, " "))
+		_, _ = fmt.Fprintf(stderr, "fake nvidia-smi: only 'compute-policy' and the MIG commands (-mig, mig -cgi/-dci/-dgi) are simulated, got %q\n", strings.Join(args, " "))
 		return 2
 	}
 	var uuid, set string

@@ -101,3 +101,16 @@ func (c *Cluster) ClearFaults(node string) error {
 	}
 	return os.WriteFile(c.FaultFile(node), nil, 0o644)
 }
+
+// NvidiaSMI runs the fake nvidia-smi of the node's driver root, as an
+// administrator runs nvidia-smi on a node: `-i 0,1 -mig 1`, `mig -i 0 -cgi
+// 3g.40gb,1g.10gb -C`, `mig -i 0 -dci -dgi` change the simulated GPUs' MIG
+// state (test/fakegpu). The plugin reads it at its start: restart it (or
+// helm-upgrade) afterwards.
+func (c *Cluster) NvidiaSMI(ctx context.Context, node string, args ...string) (string, error) {
+	if _, err := c.nodeIndex(node); err != nil {
+		return "", err
+	}
+	smi := filepath.Join(c.Node(node).DriverRoot(), "usr", "bin", "nvidia-smi")
+	return run(ctx, append([]string{smi}, args...)...)
+}

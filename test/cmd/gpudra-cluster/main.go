@@ -7,6 +7,7 @@
 //	gpudra-cluster helm-upgrade [KEY=VALUE...]   # helm upgrade, wait for the rollout
 //	gpudra-cluster restart-plugin NODE           # delete the node's plugin pod, wait for the new one
 //	gpudra-cluster inject-fault NODE GPU FAULT... | clear-faults NODE
+//	gpudra-cluster nvidia-smi NODE ARGS...        # the node's (fake) nvidia-smi, e.g. MIG set-up
 package main
 
 import (
@@ -40,7 +41,7 @@ func run() error {
 	nodes := fs.String("nodes", os.Getenv("GPUDRA_LOCALCLUSTER_NODES"), "up: NAME=PROFILE list (default: "+nodeList(def.Nodes)+")")
 	wait := fs.Duration("wait-timeout", def.WaitTimeout, "up: time allowed per readiness step")
 	if len(os.Args) < 2 {
-		return fmt.Errorf("usage: gpudra-cluster up|down|status|kubeconfig|helm-upgrade|restart-plugin|inject-fault|clear-faults (see the package doc)")
+		return fmt.Errorf("usage: gpudra-cluster up|down|status|kubeconfig|helm-upgrade|restart-plugin|inject-fault|clear-faults|nvidia-smi (see the package doc)")
 	}
 	cmd := os.Args[1]
 	if err := fs.Parse(os.Args[2:]); err != nil {
@@ -88,6 +89,12 @@ func run() error {
 		return c.InjectFault(args[0], args[1:]...)
 	case cmd == "clear-faults" && len(args) == 1:
 		return c.ClearFaults(args[0])
+	case cmd == "nvidia-smi" && len(args) >= 2:
+		out, err := c.NvidiaSMI(ctx, args[0], args[1:]...)
+		if err == nil {
+			fmt.Print(out)
+		}
+		return err
 	}
 	return fmt.Errorf("unknown command or wrong arguments: %s %v", cmd, args)
 }

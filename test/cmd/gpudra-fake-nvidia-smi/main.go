@@ -1,7 +1,9 @@
 // Command gpudra-fake-nvidia-smi stands in for nvidia-smi on simulated nodes:
 // `compute-policy -i <uuid> --set-timeslice=<n>` records the level under
 // $GPUDRA_FAKE_GPU_STATE_DIR or, installed as <R>/usr/bin/nvidia-smi in a fake
-// driver root, under <R>/var/lib/gpudra-sim (see test/fakegpu, test/fakedriver).
+// driver root, under <R>/var/lib/gpudra-sim; `-i <idx> -mig 1`, `mig -i <idx>
+// -cgi <profiles> -C` and `mig -i <idx> -dci -dgi` change the MIG state of
+// that root's simulated node (see test/fakegpu, test/fakedriver).
 package main
 
 import (
