@@ -144,9 +144,14 @@ func kubectl(args ...string) (string, error) {
 }
 
 // clusterCmd runs a cluster.sh subcommand (e.g. restart-plugin gpu-h100).
-// On the containerd cluster, restart-plugin deletes the node's plugin pod
-// and waits for the DaemonSet's new one, inject-fault and clear-faults edit
-// the node's fault file; the other commands exist on the fast cluster only.
+// On the containerd cluster they are test/localcluster's operations (see
+// realClusterCmd): restart-plugin deletes the node's plugin pod and waits
+// for the DaemonSet's new one; stop-plugin/start-plugin set and remove the
+// node label that keeps the chart's plugin DaemonSets off the node;
+// add-node joins a node to the running cluster (with plugin flags, under a
+// node group of the chart of its own), remove-node takes it out;
+// stop-controller/start-controller scale the controller Deployment;
+// inject-fault and clear-faults edit the node's fault file.
 func clusterCmd(t testing.TB, args ...string) {
 	t.Helper()
 	if realRuntime {

@@ -198,16 +198,19 @@ func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec, pluginFlags ...str
 			spec.Labels[k] = v
 		}
 		c.cfg.NodeGroups = append(c.cfg.NodeGroups, g)
-	}
-	// Recorded first: `down` stops whatever of the node has started.
-	c.cfg.Nodes = append(c.cfg.Nodes, spec)
-	if err := c.cfg.save(); err != nil {
-		return err
-	}
-	if len(pluginFlags) > 0 {
+		if err := c.cfg.save(); err != nil {
+			return err
+		}
+		// Before the node exists: WaitDriver waits for the pools of the
+		// recorded nodes.
 		if err := c.InstallDriver(ctx); err != nil {
 			return fmt.Errorf("node %s: install its node group: %w", spec.Name, err)
 		}
+	}
+	// Recorded before anything starts: `down` stops whatever of it runs.
+	c.cfg.Nodes = append(c.cfg.Nodes, spec)
+	if err := c.cfg.save(); err != nil {
+		return err
 	}
 	if err := c.addIdentity(identity{name: "node-" + spec.Name, cn: "system:node:" + spec.Name, groups: []string{"system:nodes"}}); err != nil {
 		return fmt.Errorf("node %s: client certificate: %w", spec.Name, err)
