@@ -99,7 +99,13 @@ func upRealCluster() (func(), error) {
 	clusterDir = cfg.Dir
 	kubeconfig = realCluster.AdminKubeconfig()
 	return func() {
-		if err := realCluster.Down(ctx); err != nil {
+		// Read the cluster's record again: the CLI (the notebooks'
+		// gpudra-cluster add-node) may have added nodes since.
+		c := realCluster
+		if again, err := localcluster.Open(cfg.Dir, os.Stderr); err == nil {
+			c = again
+		}
+		if err := c.Down(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "cluster down: %v\n", err)
 		}
 	}, nil
