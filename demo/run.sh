@@ -159,10 +159,14 @@ for spec in "${specs[@]}"; do
   log "== $(basename "$spec")"
   grep '^# ' "$spec" | grep -Ev '^# (then|node|before|after):' | sed 's/^# /   /'
   # "# node: NAME=PROFILE FLAGS...": the scenario needs a node whose plugin
-  # has other flags than the DaemonSet's; only the fast cluster can add one.
-  if grep -q '^# node:' "$spec"; then
-    echo "   (skipped here: needs a node with its own plugin flags — run it on the fast cluster: E2E_RUNTIME=fake, test/cluster/cluster.sh)"
-    continue
+  # has other flags than the DaemonSet's: gpudra-cluster add-node joins it
+  # with a node group of the chart of its own; it is removed afterwards.
+  node=$(sed -n 's/^# node: //p' "$spec")
+  if [ -n "$node" ]; then
+    echo "   \$ gpudra-cluster add-node $node"
+    # NAME=PROFILE FLAGS...: word splitting wanted.
+    # shellcheck disable=SC2086
+    "$cluster" add-node $node >/dev/null
   fi
   # "# before:" steps prepare the cluster (e.g. partition GPUs, switch the
   # plugin's flags); "# after:" steps undo them once the spec is deleted.
@@ -179,6 +183,9 @@ for spec in "${specs[@]}"; do
   "$kubectl" -n "$ns" wait --for=delete pod --all --timeout=90s >/dev/null 2>&1 || true
   steps after || failed=1
   "$kubectl" -n "$ns" delete events --all >/dev/null 2>&1 || true
+  if [ -n "$node" ]; then
+    "$cluster" remove-node "${node%%=*}" >/dev/null
+  fi
 done
 [ "$failed" = 0 ] || { echo "!! some scenarios did not settle"; exit 1; }
 log "Demo complete: every scenario ran through the real scheduler, kubelet, containerd and the Helm-installed gpudra driver."

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,37 +16,51 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/pkg/cdi"
+	"github.com/gpudra/gpudra/test/localcluster"
 )
 
-// TestPluginRunsInTheChartShape: each node's plugin runs the real NVML/nvcdi
-// path against its simulated driver root, in its own mount namespace where
-// the root is mounted at the chart's /driver-root (a path that is empty on
-// the host), and in its own PID namespace; a pod's CDI spec names only host
-// paths, every one of which exists (the fake runtime refuses others, as
-// runc does).
+// TestPluginRunsInTheChartShape: each node's plugin, the process of the
+// chart's DaemonSet pod, runs the real NVML/nvcdi path against its simulated
+// driver root with the chart's arguments, in its own mount namespace where
+// the root is mounted at /driver-root (a path that is empty on the host), in
+// its own PID namespace, unprivileged (values-simulated.yaml) with no new
+// privileges; a pod's CDI spec names only paths of the node, every one of
+// which exists there (runc refuses others).
 func TestPluginRunsInTheChartShape(t *testing.T) {
-	requireFakeRuntime(t, "checks the host-process plugin against the chart's shape; on containerd the chart's pod itself runs it")
+	if !realRuntime {
+		t.Skip("checks the chart's plugin pod on the containerd cluster; the fast cluster's host-process plugin is retired")
+	}
 	ns := namespace(t)
 	uid := podWithClaim(t, ns, "chart-shape")
 	for _, node := range []string{"gpu-h100", "gpu-mixed"} {
-		pid := componentPID(t, "plugin-"+node)
-		child := onlyChild(t, pid) // unshare --fork: the plugin is its child
-		if got, want := nsLink(t, child, "pid"), nsLink(t, os.Getpid(), "pid"); got == want {
+		pid := pluginProcess(t, node)
+		if got, want := nsLink(t, pid, "pid"), nsLink(t, os.Getpid(), "pid"); got == want {
 			t.Errorf("%s: the plugin shares the host's PID namespace %s", node, got)
 		}
-		mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", child))
+		mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !hasMount(string(mounts), "/driver-root") {
-			t.Errorf("%s: nothing mounted at /driver-root in the plugin's mount namespace:\n%s", node, mounts)
+		for _, point := range []string{"/driver-root", "/var/run/cdi", "/var/lib/kubelet/plugins/gpu.gpudra.io", "/var/lib/kubelet/plugins_registry"} {
+			if !hasMount(string(mounts), point) {
+				t.Errorf("%s: nothing mounted at %s in the plugin's mount namespace:\n%s", node, point, mounts)
+			}
 		}
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child))
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		args := strings.Split(string(cmdline), "\x00")
-		for _, want := range []string{"--nvidia-driver-root=/driver-root", "--host-driver-root=" + driverRoot(node)} {
+		for _, want := range []string{"--nvidia-driver-root=/driver-root", "--host-driver-root=" + localcluster.SimDriverRoot, "--cdi-root=" + localcluster.CDIDir} {
 			if !slices.Contains(args, want) {
 				t.Errorf("%s: plugin args %q lack %s (from the chart)", node, args, want)
 			}
+		}
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		for _, want := range []string{"Uid:\t0\t", "NoNewPrivs:\t1"} {
+			if !strings.Contains(string(status), want) {
+				t.Errorf("%s: the plugin's /proc status lacks %q (runAsUser 0, allowPrivilegeEscalation false):\n%s", node, want, status)
+			}
+		}
+		if m := regexp.MustCompile(`CapEff:\s+(\S+)`).FindSubmatch(status); m == nil || string(m[1]) == "000001ffffffffff" {
+			t.Errorf("%s: the plugin has every capability (privileged), want the runtime's default set: %s", node, m)
 		}
 	}
 	if entries, _ := os.ReadDir("/driver-root"); len(entries) != 0 {
@@ -65,14 +80,15 @@ func TestPluginRunsInTheChartShape(t *testing.T) {
 		paths = append(paths, specHostPaths(&d.ContainerEdits)...)
 	}
 	var libs int
+	node := realCluster.Node("gpu-h100")
 	for _, p := range paths {
 		if strings.HasPrefix(p, "/driver-root") {
 			t.Errorf("the spec names the plugin's view of the driver root: %s", p)
 		}
-		if _, err := os.Stat(p); err != nil {
-			t.Errorf("the spec names a host path that does not exist: %v", err)
+		if _, err := os.Stat(node.HostPathOf(p)); err != nil {
+			t.Errorf("the spec names a path that does not exist on the node: %s: %v", p, err)
 		}
-		if strings.HasPrefix(p, driverRoot("gpu-h100")+"/usr/lib/") {
+		if strings.HasPrefix(p, localcluster.SimDriverRoot+"/usr/lib/") {
 			libs++
 		}
 	}
@@ -90,31 +106,30 @@ func specHostPaths(e *cdispec.ContainerEdits) []string {
 	return out
 }
 
-func componentPID(t *testing.T, name string) int {
+// pluginProcess is the PID of the node's plugin pod's process: the
+// gpu-kubelet-plugin process in the node's pod cgroups.
+func pluginProcess(t *testing.T, node string) int {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(clusterDir, "pids", name+".pid"))
-	if err != nil {
-		t.Fatal(err)
+	cgroup := localcluster.CgroupParent("gpudra-"+filepath.Base(clusterDir), node) + "/pods/"
+	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
+	var found []int
+	for _, f := range procs {
+		comm, err := os.ReadFile(f)
+		name := strings.TrimSpace(string(comm)) // at most 15 bytes
+		if err != nil || name == "" || !strings.HasPrefix("gpu-kubelet-plugin", name) {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join(filepath.Dir(f), "cgroup"))
+		if err != nil || !strings.Contains(string(cg), cgroup) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		found = append(found, pid)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil {
-		t.Fatal(err)
+	if len(found) != 1 {
+		t.Fatalf("%d gpu-kubelet-plugin processes in the cgroups %s..., want the plugin pod's one: %v", len(found), cgroup, found)
 	}
-	return pid
-}
-
-func onlyChild(t *testing.T, pid int) int {
-	t.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(raw))
-	if len(f) != 1 {
-		t.Fatalf("process %d has children %v, want the plugin alone", pid, f)
-	}
-	child, _ := strconv.Atoi(f[0])
-	return child
+	return found[0]
 }
 
 func nsLink(t *testing.T, pid int, kind string) string {

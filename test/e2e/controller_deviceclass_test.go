@@ -38,15 +38,24 @@ func classWithConfig(t *testing.T, name, configDriver, params string) *resourcea
 // server-side dry run: DeviceClasses are cluster-scoped, and other test
 // processes share the cluster.
 func testDeviceClassWebhook(t *testing.T) {
-	cfg, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), localWebhookConfig, metav1.GetOptions{})
+	name := localWebhookConfig
+	if realRuntime {
+		// The chart names it after the controller (its Deployment's name).
+		d, err := realCluster.ControllerDeployment(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		name = d.Name
+	}
+	cfg, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(cfg.Webhooks[0].Rules, func(r admissionv1.RuleWithOperations) bool {
 		return slices.Contains(r.Resources, "deviceclasses") && slices.Contains(r.Operations, admissionv1.Update)
 	}) {
-		t.Fatalf("%s has no rule for deviceclasses (CREATE, UPDATE): test/cluster/lib/controller.sh must register the rules of "+
-			"pkg/webhook/testdata/validatingwebhookconfiguration.yaml", localWebhookConfig)
+		t.Fatalf("%s has no rule for deviceclasses (CREATE, UPDATE): the chart (and test/cluster/lib/controller.sh) must register the rules of "+
+			"pkg/webhook/testdata/validatingwebhookconfiguration.yaml", name)
 	}
 	ctx := context.Background()
 	create := func(c *resourceapi.DeviceClass) error {

@@ -24,8 +24,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The gpu-controller runs as a host process started by `cluster.sh
-// start-controller` for this file's test only and is stopped when it ends:
+// On the containerd cluster the chart's controller runs all the time (its
+// webhook refuses the invalid claims of every namespace but kube-system).
+// On the fast cluster the gpu-controller runs as a host process started by
+// `cluster.sh start-controller` for this file's test only and is stopped
+// when it ends:
 // with it, the webhook would reject the invalid claim that
 // TestInvalidParametersBlockContainerCreation needs to reach the kubelet.
 // Its webhook is also limited to namespaces labelled webhookLabel, so test
@@ -64,11 +67,18 @@ const (
 	goodParams = `{apiVersion: resource.gpudra.io/v1alpha1, kind: GpuClaimParameters, sharing: {strategy: TimeSlicing, timeSlicing: {interval: Short}}}`
 )
 
+// TestController tests the controller: on the containerd cluster the
+// chart's controller pod (its webhook reached by the API server through the
+// Service, the DeviceClasses it keeps as nodes come and go), on the fast
+// cluster a host process.
 func TestController(t *testing.T) {
-	requireFakeRuntime(t, "runs gpu-controller as a host process with its own webhook configuration; on containerd the chart's controller pod is checked by the cluster's start-up (webhook through its Service, DeviceClasses)")
 	lockControllerTests(t)
-	metricsURL := startController(t)
 	ns := namespace(t)
+	if realRuntime {
+		// First: a restart resets the metrics that the last subtest reads.
+		t.Run("stopped and started", func(t *testing.T) { testControllerStopStart(t, ns) })
+	}
+	metricsURL := startController(t)
 	patch := []byte(`{"metadata":{"labels":{"` + webhookLabel + `":"true"}}}`)
 	if _, err := client.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("label namespace %s for the webhook: %v", ns, err)
@@ -102,6 +112,13 @@ func lockControllerTests(t testing.TB) {
 // returns its /metrics URL, taken from what start-controller prints.
 func startController(t testing.TB) string {
 	t.Helper()
+	if realRuntime {
+		url, err := realCluster.ControllerMetricsURL(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return url
+	}
 	cmd := exec.Command(clusterSh, "start-controller")
 	cmd.Env = append(os.Environ(), "GPUDRA_CONTROLLER_WEBHOOK_NAMESPACE_LABEL="+webhookLabel)
 	out, err := cmd.CombinedOutput()
@@ -338,4 +355,24 @@ func waitClass(t *testing.T, name string, exists bool) *resourceapi.DeviceClass 
 		t.Fatalf("DeviceClass %s: want exists=%v within 30s\n%s", name, exists, out)
 	}
 	return c
+}
+
+// testControllerStopStart: with the controller Deployment scaled to zero
+// nothing answers behind the webhook's Service, and the chart's
+// failurePolicy Ignore admits an invalid claim unchecked (the plugin checks
+// it at prepare); scaled back, the webhook refuses it again.
+func testControllerStopStart(t *testing.T, ns string) {
+	t.Cleanup(func() { clusterCmd(t, "start-controller") }) // a no-op once started
+	clusterCmd(t, "stop-controller")
+	claim := decodeClaim(t, claimWithConfig("unchecked", driver, badParams, false))
+	if _, err := client.ResourceV1().ResourceClaims(ns).Create(context.Background(), claim, metav1.CreateOptions{DryRun: dryRun}); err != nil {
+		t.Errorf("with no controller pod, failurePolicy Ignore must admit the claim unchecked: %v", err)
+	}
+	if _, err := client.ResourceV1().DeviceClasses().Get(context.Background(), "gpu.gpudra.io", metav1.GetOptions{}); err != nil {
+		t.Errorf("the DeviceClasses must stay while the controller is down: %v", err)
+	}
+	start := time.Now()
+	clusterCmd(t, "start-controller") // waits until the webhook refuses an invalid claim
+	t.Logf("controller back, webhook refusing through its Service, in %v", time.Since(start).Round(time.Millisecond))
+	waitWebhookEffective(t, ns)
 }

@@ -99,7 +99,13 @@ func upRealCluster() (func(), error) {
 	clusterDir = cfg.Dir
 	kubeconfig = realCluster.AdminKubeconfig()
 	return func() {
-		if err := realCluster.Down(ctx); err != nil {
+		// Read the cluster's record again: the CLI (the notebooks'
+		// gpudra-cluster add-node) may have added nodes since.
+		c := realCluster
+		if again, err := localcluster.Open(cfg.Dir, os.Stderr); err == nil {
+			c = again
+		}
+		if err := c.Down(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "cluster down: %v\n", err)
 		}
 	}, nil
@@ -144,9 +150,14 @@ func kubectl(args ...string) (string, error) {
 }
 
 // clusterCmd runs a cluster.sh subcommand (e.g. restart-plugin gpu-h100).
-// On the containerd cluster, restart-plugin deletes the node's plugin pod
-// and waits for the DaemonSet's new one, inject-fault and clear-faults edit
-// the node's fault file; the other commands exist on the fast cluster only.
+// On the containerd cluster they are test/localcluster's operations (see
+// realClusterCmd): restart-plugin deletes the node's plugin pod and waits
+// for the DaemonSet's new one; stop-plugin/start-plugin set and remove the
+// node label that keeps the chart's plugin DaemonSets off the node;
+// add-node joins a node to the running cluster (with plugin flags, under a
+// node group of the chart of its own), remove-node takes it out;
+// stop-controller/start-controller scale the controller Deployment;
+// inject-fault and clear-faults edit the node's fault file.
 func clusterCmd(t testing.TB, args ...string) {
 	t.Helper()
 	if realRuntime {

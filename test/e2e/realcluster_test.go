@@ -4,13 +4,14 @@ package e2e
 
 import (
 	"context"
-	"net"
+	"slices"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpudra/gpudra/test/fakecri"
+	"github.com/gpudra/gpudra/test/localcluster"
 )
 
 // realClusterCmd is clusterCmd on the containerd cluster.
@@ -25,6 +26,24 @@ func realClusterCmd(t testing.TB, args ...string) {
 		err = realCluster.InjectFault(args[1], args[2:]...)
 	case len(args) == 2 && args[0] == "clear-faults":
 		err = realCluster.ClearFaults(args[1])
+	case len(args) == 2 && args[0] == "stop-plugin":
+		err = realCluster.StopPlugin(ctx, args[1])
+	case len(args) == 2 && args[0] == "start-plugin":
+		err = realCluster.StartPlugin(ctx, args[1])
+	case len(args) >= 2 && args[0] == "add-node":
+		var nodes []localcluster.NodeSpec
+		if nodes, err = localcluster.ParseNodes(args[1]); err == nil {
+			err = realCluster.AddNode(ctx, nodes[0], args[2:]...)
+		}
+	case len(args) == 2 && args[0] == "remove-node":
+		// A cleanup may remove a node the test has removed already.
+		if slices.ContainsFunc(realCluster.Config().Nodes, func(n localcluster.NodeSpec) bool { return n.Name == args[1] }) {
+			err = realCluster.RemoveNode(ctx, args[1])
+		}
+	case len(args) == 1 && args[0] == "stop-controller":
+		err = realCluster.StopController(ctx)
+	case len(args) == 1 && args[0] == "start-controller":
+		err = realCluster.StartController(ctx)
 	default:
 		requireFakeRuntime(t, "cluster.sh "+args[0]+" has no counterpart on the containerd cluster")
 	}
@@ -60,25 +79,14 @@ func mustKubectl(t testing.TB, args ...string) string {
 	return out
 }
 
-// realPluginMetricsURL is the /metrics of the node's plugin pod: its pod IP
-// (reachable from the host through the node's bridge) and the port of its
-// --metrics-address flag.
+// realPluginMetricsURL is the /metrics of the node's plugin pod.
 func realPluginMetricsURL(t *testing.T, node string) string {
 	t.Helper()
-	p, err := realCluster.PluginPod(context.Background(), node)
+	url, err := realCluster.PluginMetricsURL(context.Background(), node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range p.Spec.Containers {
-		for _, a := range append(append([]string{}, c.Command...), c.Args...) {
-			if addr, ok := strings.CutPrefix(a, "--metrics-address="); ok {
-				_, port, _ := strings.Cut(addr, ":")
-				return "http://" + net.JoinHostPort(p.Status.PodIP, port) + "/metrics"
-			}
-		}
-	}
-	t.Fatalf("plugin pod %s has no --metrics-address", p.Name)
-	return ""
+	return url
 }
 
 // nodePath turns a host path under a node's directories into the path the

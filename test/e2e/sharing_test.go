@@ -243,7 +243,7 @@ func pidAlive(pid int) bool {
 
 func TestConsumableSharesFillOneGPU(t *testing.T) {
 	const node = "gpu-share"
-	clusterCmd(t, "add-node", node+"="+filepath.Join(repoRoot, "test", "cluster", "h100x1.yaml"), "--gpu-sharing=consumable", "--mig=static")
+	clusterCmd(t, "add-node", node+"="+filepath.Join(repoRoot, "test", "localcluster", "profiles", "h100x1.yaml"), "--gpu-sharing=consumable", "--mig=static")
 	t.Cleanup(func() { clusterCmd(t, "remove-node", node) })
 	ns := namespace(t)
 	applySpec(t, ns, spec("12-consumable-shares.yaml"))

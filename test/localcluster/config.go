@@ -24,6 +24,11 @@ import (
 type NodeSpec struct {
 	Name    string `json:"name"`
 	Profile string `json:"profile"`
+	// Slot picks the node's kubelet ports, pod subnet and CNI bridge; `up`
+	// numbers its nodes from 0, add-node takes the lowest free slot.
+	Slot int `json:"slot"`
+	// Labels the kubelet registers the node with (--node-labels).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Config of a cluster. `up` records it in cluster.json; later commands act
@@ -62,6 +67,9 @@ type Config struct {
 	Release   string   `json:"release"`
 	Namespace string   `json:"namespace"`
 	Values    []string `json:"values"`
+	// NodeGroups are the chart's kubeletPlugin.nodeGroups: nodes with
+	// plugin settings of their own (add-node with plugin flags).
+	NodeGroups []NodeGroup `json:"nodeGroups,omitempty"`
 
 	Verbosity   int           `json:"verbosity"`
 	WaitTimeout time.Duration `json:"waitTimeout"`
@@ -81,7 +89,7 @@ func DefaultConfig(repoRoot string) Config {
 		SimNVMLLibrary: filepath.Join(out, "lib", "libnvidia-ml-sim.so"),
 		Runc:           "/usr/sbin/runc",
 		CNIBinDir:      "/usr/lib/cni",
-		Nodes:          []NodeSpec{{"gpu-h100", "dgx-h100"}, {"gpu-mixed", "mixed"}},
+		Nodes:          []NodeSpec{{Name: "gpu-h100", Profile: "dgx-h100"}, {Name: "gpu-mixed", Profile: "mixed", Slot: 1}},
 		ServiceCIDR:    "10.96.0.0/24",
 		PodCIDR:        "10.244.0.0/16",
 		EtcdPort:       24379, EtcdPeerPort: 24380, APIServerPort: 27443,
@@ -133,6 +141,9 @@ func (c *Config) complete() error {
 	}
 	if len(c.Nodes) == 0 {
 		return errors.New("no nodes")
+	}
+	for i := range c.Nodes {
+		c.Nodes[i].Slot = i
 	}
 	return nil
 }
@@ -213,11 +224,11 @@ func (c *Cluster) apiserverURL() string {
 	return fmt.Sprintf("https://127.0.0.1:%d", c.cfg.APIServerPort)
 }
 
-// nodeIndex is a node's position: it picks its ports and pod subnet.
+// nodeIndex is a node's slot: it picks its ports and pod subnet.
 func (c *Cluster) nodeIndex(name string) (int, error) {
-	for i, n := range c.cfg.Nodes {
+	for _, n := range c.cfg.Nodes {
 		if n.Name == name {
-			return i, nil
+			return n.Slot, nil
 		}
 	}
 	var names []string

@@ -46,6 +46,9 @@ func (c *Cluster) HelmArgs(extra ...string) []string {
 	args := []string{"upgrade", "--install", c.cfg.Release, c.chartDir(),
 		"--kubeconfig", c.AdminKubeconfig(), "--namespace", c.cfg.Namespace, "--create-namespace",
 		"--values", filepath.Join(c.chartDir(), images.SimulatedValues)}
+	if len(c.cfg.NodeGroups) > 0 {
+		args = append(args, "--values", c.NodeGroupsValues())
+	}
 	for _, v := range append(append([]string{}, c.cfg.Values...), extra...) {
 		args = append(args, "--set", v)
 	}
@@ -56,6 +59,9 @@ func (c *Cluster) HelmArgs(extra ...string) []string {
 // --set values, e.g. for a rolling update) and waits until the driver is
 // installed completely: see WaitDriver.
 func (c *Cluster) InstallDriver(ctx context.Context, extra ...string) error {
+	if err := c.writeNodeGroupsValues(); err != nil {
+		return err
+	}
 	out, err := run(ctx, append([]string{c.cfg.Helm}, c.HelmArgs(extra...)...)...)
 	if err != nil {
 		return fmt.Errorf("helm: %w", err)
@@ -147,25 +153,40 @@ func (c *Cluster) WaitDriver(ctx context.Context) error {
 }
 
 func (c *Cluster) daemonSetReady(ctx context.Context, cs kubernetes.Interface) error {
-	list, err := cs.AppsV1().DaemonSets(c.cfg.Namespace).List(ctx, metav1.ListOptions{})
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	want := 0 // nodes that should have a plugin pod: all but the stopped ones
+	for _, n := range nodes.Items {
+		if n.Labels[PluginDisableLabel] != "false" {
+			want++
+		}
+	}
+	list, err := cs.AppsV1().DaemonSets(c.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: PluginLabelSelector})
 	if err != nil {
 		return err
 	}
 	if len(list.Items) == 0 {
 		return errors.New("no DaemonSet yet")
 	}
+	scheduled := 0
 	for _, ds := range list.Items {
-		if !daemonSetDone(&ds, len(c.cfg.Nodes)) {
+		if !daemonSetDone(&ds) {
 			return fmt.Errorf("DaemonSet %s: %d/%d updated, %d ready, %d available", ds.Name,
 				ds.Status.UpdatedNumberScheduled, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, ds.Status.NumberAvailable)
 		}
+		scheduled += int(ds.Status.DesiredNumberScheduled)
+	}
+	if scheduled != want {
+		return fmt.Errorf("the plugin DaemonSets want %d pods, one on each of the %d nodes with a plugin expected", scheduled, want)
 	}
 	return nil
 }
 
-func daemonSetDone(ds *appsv1.DaemonSet, nodes int) bool {
+func daemonSetDone(ds *appsv1.DaemonSet) bool {
 	s := ds.Status
-	return s.ObservedGeneration >= ds.Generation && int(s.DesiredNumberScheduled) == nodes &&
+	return s.ObservedGeneration >= ds.Generation &&
 		s.UpdatedNumberScheduled == s.DesiredNumberScheduled && s.NumberAvailable == s.DesiredNumberScheduled &&
 		s.NumberUnavailable == 0 && s.CurrentNumberScheduled == s.DesiredNumberScheduled &&
 		s.NumberReady == s.DesiredNumberScheduled
@@ -202,6 +223,13 @@ func (c *Cluster) poolsPublished(ctx context.Context, cs kubernetes.Interface, d
 		if s.Spec.Driver == driver {
 			have[s.Spec.Pool.Name] = true
 		}
+	}
+	stopped, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: PluginDisableLabel + "=false"})
+	if err != nil {
+		return err
+	}
+	for _, n := range stopped.Items {
+		have[n.Name] = true // no plugin there: StopPlugin
 	}
 	for _, n := range c.cfg.Nodes {
 		if !have[n.Name] {

@@ -19,6 +19,7 @@ package localcluster
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 )
 
 // Layout is the cluster's directory layout under Dir.
@@ -32,6 +33,10 @@ func (l Layout) LogDir() string          { return filepath.Join(l.Dir, "logs") }
 func (l Layout) PIDDir() string          { return filepath.Join(l.Dir, "pids") }
 func (l Layout) EtcdDir() string         { return filepath.Join(l.Dir, "etcd") }
 func (l Layout) NodesDir() string        { return filepath.Join(l.Dir, "nodes") }
+
+// NodeGroupsValues is the Helm values file with the chart's
+// kubeletPlugin.nodeGroups of the nodes added with plugin flags of their own.
+func (l Layout) NodeGroupsValues() string { return filepath.Join(l.Dir, "node-groups.yaml") }
 
 // Kubeconfig is the kubeconfig of a client identity (admin, kube-scheduler,
 // node-<name>, ...).
@@ -70,6 +75,31 @@ func (n NodeLayout) DriverRoot() string { return filepath.Join(n.Dir, "driver-ro
 // HostPath is the host directory bind-mounted at nodePath in the node.
 func (n NodeLayout) HostPath(nodePath string) string {
 	return filepath.Join(n.Dir, "fs", filepath.FromSlash(nodePath))
+}
+
+// HostPathOf is where a path of the node's file system (as its kubelet,
+// containerd and pods see it) is on the host: under the driver root or one
+// of the node's own directories (nodeBinds), else the host's own path.
+func (n NodeLayout) HostPathOf(nodePath string) string {
+	clean := filepath.Clean(nodePath)
+	if rest, ok := cutPath(clean, SimDriverRoot); ok {
+		return filepath.Join(n.DriverRoot(), rest)
+	}
+	for _, b := range nodeBinds {
+		if rest, ok := cutPath(clean, b); ok {
+			return filepath.Join(n.HostPath(b), rest)
+		}
+	}
+	return clean
+}
+
+// cutPath cuts the directory dir off path (path itself or below it).
+func cutPath(path, dir string) (string, bool) {
+	if path == dir {
+		return "", true
+	}
+	rest, ok := strings.CutPrefix(path, dir+"/")
+	return rest, ok
 }
 
 // Paths inside a node (its mount namespace). The chart's defaults

@@ -285,12 +285,16 @@ func (c *Cluster) startKubelet(spec NodeSpec) error {
 	if err := os.WriteFile(n.KubeletConfig(), []byte(c.kubeletConfig(spec.Name, i)), 0o644); err != nil {
 		return err
 	}
-	pid, err := c.start(kubeletName(spec.Name), c.nsenter(spec.Name, c.bin("kubelet"),
+	argv := c.nsenter(spec.Name, c.bin("kubelet"),
 		"--config", n.KubeletConfig(),
 		"--kubeconfig", c.Kubeconfig("node-"+spec.Name),
 		"--hostname-override", spec.Name,
 		"--node-ip", c.cfg.HostIP,
-		"--v", strconv.Itoa(c.cfg.Verbosity)), nil)
+		"--v", strconv.Itoa(c.cfg.Verbosity))
+	if labels := nodeLabelsFlag(spec.Labels); labels != "" {
+		argv = append(argv, "--node-labels", labels)
+	}
+	pid, err := c.start(kubeletName(spec.Name), argv, nil)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,6 +73,25 @@ func (c *Cluster) RestartPlugin(ctx context.Context, node string) error {
 	}
 	c.logf("plugin on %s restarted (pod %s deleted)", node, old.Name)
 	return nil
+}
+
+// PluginMetricsURL is the /metrics of the node's plugin pod: its pod IP
+// (reachable from the host through the node's bridge) and the port of its
+// --metrics-address flag.
+func (c *Cluster) PluginMetricsURL(ctx context.Context, node string) (string, error) {
+	p, err := c.PluginPod(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	for _, ctr := range p.Spec.Containers {
+		for _, a := range append(append([]string{}, ctr.Command...), ctr.Args...) {
+			if addr, ok := strings.CutPrefix(a, "--metrics-address="); ok {
+				_, port, _ := strings.Cut(addr, ":")
+				return "http://" + net.JoinHostPort(p.Status.PodIP, port) + "/metrics", nil
+			}
+		}
+	}
+	return "", fmt.Errorf("plugin pod %s has no --metrics-address", p.Name)
 }
 
 // FaultFile is the node's simulated fault file on the host: the simulated

@@ -98,6 +98,35 @@ func (c *Cluster) makePKI() error {
 	return os.WriteFile(filepath.Join(p.dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644)
 }
 
+// addIdentity signs one more client certificate with the cluster's CA and
+// writes its kubeconfig (a node that joins a running cluster).
+func (c *Cluster) addIdentity(id identity) error {
+	p := &pki{dir: c.PKIDir(), now: time.Now()}
+	crt, err := os.ReadFile(filepath.Join(p.dir, "ca.crt"))
+	if err != nil {
+		return err
+	}
+	key, err := os.ReadFile(filepath.Join(p.dir, "ca.key"))
+	if err != nil {
+		return err
+	}
+	cb, _ := pem.Decode(crt)
+	kb, _ := pem.Decode(key)
+	if cb == nil || kb == nil {
+		return fmt.Errorf("the cluster CA in %s is not PEM", p.dir)
+	}
+	if p.caCert, err = x509.ParseCertificate(cb.Bytes); err != nil {
+		return fmt.Errorf("the cluster CA certificate: %w", err)
+	}
+	if p.caKey, err = x509.ParseECPrivateKey(kb.Bytes); err != nil {
+		return fmt.Errorf("the cluster CA key: %w", err)
+	}
+	if err := p.sign(id.name, id.cn, id.groups, nil, x509.ExtKeyUsageClientAuth); err != nil {
+		return err
+	}
+	return c.writeKubeconfig(id)
+}
+
 func (p *pki) makeCA() error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -6,8 +6,15 @@
 //	gpudra-cluster down | status | kubeconfig
 //	gpudra-cluster helm-upgrade [KEY=VALUE...]   # helm upgrade, wait for the rollout
 //	gpudra-cluster restart-plugin NODE           # delete the node's plugin pod, wait for the new one
+//	gpudra-cluster stop-plugin NODE              # label the node gpudra.io/kubelet-plugin=false, wait until its plugin pod is gone
+//	gpudra-cluster start-plugin NODE             # remove that label, wait for a Ready plugin pod
+//	gpudra-cluster add-node NAME=PROFILE [PLUGIN-FLAG...]  # join one more node; with flags, a chart node group of its own
+//	gpudra-cluster remove-node NODE              # stop it, delete the Node and its ResourceSlices, drop its node group
+//	gpudra-cluster stop-controller | start-controller      # scale the controller Deployment to 0 / back
 //	gpudra-cluster inject-fault NODE GPU FAULT... | clear-faults NODE
 //	gpudra-cluster nvidia-smi NODE ARGS...        # the node's (fake) nvidia-smi, e.g. MIG set-up
+//	gpudra-cluster host-path NODE PATH           # where a path of the node's file system is on the host
+//	gpudra-cluster plugin-metrics-url NODE | controller-metrics-url
 package main
 
 import (
@@ -41,7 +48,9 @@ func run() error {
 	nodes := fs.String("nodes", os.Getenv("GPUDRA_LOCALCLUSTER_NODES"), "up: NAME=PROFILE list (default: "+nodeList(def.Nodes)+")")
 	wait := fs.Duration("wait-timeout", def.WaitTimeout, "up: time allowed per readiness step")
 	if len(os.Args) < 2 {
-		return fmt.Errorf("usage: gpudra-cluster up|down|status|kubeconfig|helm-upgrade|restart-plugin|inject-fault|clear-faults|nvidia-smi (see the package doc)")
+		return fmt.Errorf("usage: gpudra-cluster up|down|status|kubeconfig|helm-upgrade|restart-plugin|stop-plugin|start-plugin|" +
+			"add-node|remove-node|stop-controller|start-controller|inject-fault|clear-faults|nvidia-smi|host-path|plugin-metrics-url|" +
+			"controller-metrics-url (see `go doc ./test/cmd/gpudra-cluster`)")
 	}
 	cmd := os.Args[1]
 	if err := fs.Parse(os.Args[2:]); err != nil {
@@ -85,6 +94,37 @@ func run() error {
 		return c.InstallDriver(ctx, args...)
 	case cmd == "restart-plugin" && len(args) == 1:
 		return c.RestartPlugin(ctx, args[0])
+	case cmd == "stop-plugin" && len(args) == 1:
+		return c.StopPlugin(ctx, args[0])
+	case cmd == "start-plugin" && len(args) == 1:
+		return c.StartPlugin(ctx, args[0])
+	case cmd == "add-node" && len(args) >= 1:
+		nodes, err := localcluster.ParseNodes(args[0])
+		if err != nil || len(nodes) != 1 {
+			return fmt.Errorf("add-node NAME=PROFILE [PLUGIN-FLAG...]: %q: %v", args[0], err)
+		}
+		return c.AddNode(ctx, nodes[0], args[1:]...)
+	case cmd == "remove-node" && len(args) == 1:
+		return c.RemoveNode(ctx, args[0])
+	case cmd == "stop-controller" && len(args) == 0:
+		return c.StopController(ctx)
+	case cmd == "start-controller" && len(args) == 0:
+		return c.StartController(ctx)
+	case cmd == "host-path" && len(args) == 2:
+		fmt.Println(c.Node(args[0]).HostPathOf(args[1]))
+		return nil
+	case cmd == "plugin-metrics-url" && len(args) == 1:
+		url, err := c.PluginMetricsURL(ctx, args[0])
+		if err == nil {
+			fmt.Println(url)
+		}
+		return err
+	case cmd == "controller-metrics-url" && len(args) == 0:
+		url, err := c.ControllerMetricsURL(ctx)
+		if err == nil {
+			fmt.Println(url)
+		}
+		return err
 	case cmd == "inject-fault" && len(args) >= 3:
 		return c.InjectFault(args[0], args[1:]...)
 	case cmd == "clear-faults" && len(args) == 1:

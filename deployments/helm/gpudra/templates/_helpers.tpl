@@ -83,3 +83,9 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpudra.pluginName" . 
 {{- fail (printf "controller.certMode=%q: must be selfManaged, certManager or secret" .Values.controller.certMode) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Pod label naming the node group whose DaemonSet runs a plugin pod ("default": none). */}}
+{{- define "gpudra.pluginGroupLabel" -}}gpudra.io/kubelet-plugin-group{{- end -}}
+
+{{/* Node label that keeps every plugin DaemonSet off a node when "false". */}}
+{{- define "gpudra.pluginDisableLabel" -}}gpudra.io/kubelet-plugin{{- end -}}
