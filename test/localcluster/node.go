@@ -194,6 +194,12 @@ cgroupsPerQOS: true
 failSwapOn: false
 # No disk or memory pressure evictions on a shared development host.
 evictionHard: {}
+# No image garbage collection: the images come from no registry (imported at
+# start), so an image the kubelet deleted could never be pulled again. With
+# the kubelet's default (85%%) a host disk filling up during a run removed the
+# workload image between two pods ("trying and failing to pull image").
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 # Pods get no cluster DNS (there is none); Services are reached by ClusterIP.
 resolvConf: ""
 serializeImagePulls: false
