@@ -15,6 +15,7 @@ import (
 	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/pkg/failpoint"
 	"github.com/gpudra/gpudra/pkg/sharing"
 	"github.com/gpudra/gpudra/pkg/slice"
 )
@@ -69,6 +70,7 @@ func (m *Manager) applySharing(ctx context.Context, rec *checkpoint.ClaimRecord,
 		if err := m.markTimeSliced(d.Name, d.UUID, interval != v1alpha1.DefaultTimeSlice); err != nil {
 			return err
 		}
+		failpoint.Inject(failpoint.PrepareTimeSliceSet)
 	}
 	if daemon == nil {
 		return nil
