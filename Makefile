@@ -18,7 +18,7 @@ PKGS := ./...
 BENCH_PKGS := ./pkg/...
 
 
-.PHONY: all bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd controller-up demo e2e e2e-fast fake-driver-root fmt fuzz gpu-verify helm-lint help image images inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
+.PHONY: all bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd controller-up demo e2e e2e-fast fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
 
 all: build
 
@@ -77,8 +77,8 @@ bench-drasock: build k8s-binaries $(HELM) ## NodePrepare/NodeUnprepare over a pl
 	@mkdir -p $(OUTPUT)/bench
 	E2E_RUNTIME=$${E2E_RUNTIME:-fake} $(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
 
-test-faults: build k8s-binaries $(HELM) ## Fault injection on the local cluster: kill -9 at each failpoint under pod churn, corrupt checkpoint, API outage
-	E2E_RUNTIME=fake $(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/
+test-faults: $(E2E_DEPS) images-failpoints ## Fault injection on the containerd cluster: the plugin pod killed at each failpoint under pod churn, kill -9 in a rollback past the kubelet's deadline, corrupt checkpoint, API outage, rolling update
+	$(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/
 
 bench-report: build k8s-binaries $(HELM) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
 	test/bench/run.sh
@@ -188,6 +188,17 @@ images: busybox-static ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(IMAGE_BIN)/ ./test/cmd/gpudra-pause ./test/cmd/gpudra-gpus
 	CGO_ENABLED=1 $(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(IMAGE_BIN)/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller
 	$(GO) run ./test/cmd/gpudra-images build --out $(IMAGES_DIR) --bin-dir $(IMAGE_BIN) --busybox-root $(BUSYBOX_ROOT)
+
+# The fault suite's image: ghcr.io/gpudra/gpudra:failpoints, the gpudra image
+# with gpu-kubelet-plugin built with -tags failpoints (pkg/failpoint). It goes
+# to its own directory, so the cluster imports it only when the fault suite
+# asks (gpudra-images refuses it as the shipped image and vice versa).
+FAILPOINTS_DIR := $(IMAGES_DIR)/failpoints
+images-failpoints: ## ghcr.io/gpudra/gpudra:failpoints (plugin built with -tags failpoints) in _output/images/failpoints, for make test-faults
+	@mkdir -p $(FAILPOINTS_DIR)/bin
+	CGO_ENABLED=1 $(GO) build -trimpath -tags grpcnotrace,failpoints -ldflags "-s -w" -o $(FAILPOINTS_DIR)/bin/ ./cmd/gpu-kubelet-plugin
+	CGO_ENABLED=1 $(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(FAILPOINTS_DIR)/bin/ ./cmd/gpu-controller
+	$(GO) run ./test/cmd/gpudra-images build-failpoints --out $(FAILPOINTS_DIR) --bin-dir $(FAILPOINTS_DIR)/bin
 
 # The workload image's shell and tools: Debian's busybox-static package, from
 # the archive (apt-get download) or, without one, from the apt cache.
