@@ -7,6 +7,9 @@
 //	gpudra-cluster helm-upgrade [KEY=VALUE...]   # helm upgrade, wait for the rollout
 //	gpudra-cluster restart-plugin NODE           # delete the node's plugin pod, wait for the new one
 //	gpudra-cluster inject-fault NODE GPU FAULT... | clear-faults NODE
+//	gpudra-cluster stop-apiserver | start-apiserver  # an API server outage (the fault suite)
+//	gpudra-cluster import-image TAR                  # into every node's containerd
+//	gpudra-cluster plugin-pids NODE                  # host PIDs of the node's plugin processes
 package main
 
 import (
@@ -40,7 +43,7 @@ func run() error {
 	nodes := fs.String("nodes", os.Getenv("GPUDRA_LOCALCLUSTER_NODES"), "up: NAME=PROFILE list (default: "+nodeList(def.Nodes)+")")
 	wait := fs.Duration("wait-timeout", def.WaitTimeout, "up: time allowed per readiness step")
 	if len(os.Args) < 2 {
-		return fmt.Errorf("usage: gpudra-cluster up|down|status|kubeconfig|helm-upgrade|restart-plugin|inject-fault|clear-faults (see the package doc)")
+		return fmt.Errorf("usage: gpudra-cluster up|down|status|kubeconfig|helm-upgrade|restart-plugin|inject-fault|clear-faults|stop-apiserver|start-apiserver|import-image|plugin-pids (see the package doc)")
 	}
 	cmd := os.Args[1]
 	if err := fs.Parse(os.Args[2:]); err != nil {
@@ -88,6 +91,18 @@ func run() error {
 		return c.InjectFault(args[0], args[1:]...)
 	case cmd == "clear-faults" && len(args) == 1:
 		return c.ClearFaults(args[0])
+	case cmd == "stop-apiserver" && len(args) == 0:
+		return c.StopAPIServer()
+	case cmd == "start-apiserver" && len(args) == 0:
+		return c.StartAPIServer(ctx)
+	case cmd == "import-image" && len(args) == 1:
+		return c.ImportImage(ctx, args[0])
+	case cmd == "plugin-pids" && len(args) == 1:
+		pids, err := c.PluginPIDs(args[0])
+		for _, p := range pids {
+			fmt.Println(p)
+		}
+		return err
 	}
 	return fmt.Errorf("unknown command or wrong arguments: %s %v", cmd, args)
 }

@@ -1,0 +1,67 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ImportImage imports an OCI image tarball (e.g. the fault suite's
+// gpudra-failpoints.tar) into every node's containerd, as `up` does with
+// the tarballs of the images dir.
+func (c *Cluster) ImportImage(ctx context.Context, tar string) error {
+	if _, err := os.Stat(tar); err != nil {
+		return fmt.Errorf("image tarball: %w", err)
+	}
+	for _, n := range c.cfg.Nodes {
+		if _, err := run(ctx, c.bin("ctr"), "--address", c.hostSocket(n.Name), "-n", "k8s.io",
+			"images", "import", tar); err != nil {
+			return fmt.Errorf("node %s: import %s: %w", n.Name, filepath.Base(tar), err)
+		}
+	}
+	c.logf("imported %s into every node", filepath.Base(tar))
+	return nil
+}
+
+// PluginPIDs returns the host PIDs of the gpu-kubelet-plugin processes
+// running in node's pods (two during a rolling update), found through
+// /proc: their executable and their cgroup, which is under the node's. It
+// needs no API server, so it also works during an outage.
+func (c *Cluster) PluginPIDs(node string) ([]int, error) {
+	if _, err := c.nodeIndex(node); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	parent := CgroupParent(c.clusterName(), node) + "/pods/"
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil || filepath.Base(strings.TrimSuffix(exe, " (deleted)")) != "gpu-kubelet-plugin" || !alive(pid) {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // exited meanwhile
+			}
+			return nil, err
+		}
+		if strings.Contains(string(cg), ":"+parent) {
+			pids = append(pids, pid)
+		}
+	}
+	slices.Sort(pids)
+	return pids, nil
+}
