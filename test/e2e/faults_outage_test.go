@@ -73,7 +73,7 @@ func testCorruptCheckpoint(t *testing.T, ns string) {
 	}
 	restored = true
 	// The kubelet's next restart (after its back-off) starts it.
-	t.Logf("restored; the kubelet restarted it (%d restarts)", pluginRestarts(t, p.UID))
+	t.Logf("restored; the kubelet restarted it (%d restarts)", pluginContainer(waitPluginReady(t, p.UID, 2)).RestartCount)
 	if _, err := os.Stat(specPath(faultNode, uid)); err != nil {
 		t.Fatalf("CDI spec of the running pod lost: %v", err)
 	}
@@ -124,30 +124,45 @@ func testAPIServerOutage(t *testing.T, ns string) {
 	if pids, _ := realCluster.PluginPIDs(faultNode); !slices.Equal(pids, []int{pid}) {
 		t.Fatalf("the plugin was restarted (pid %d, now %v)", pid, pids)
 	}
-	if now := pluginRestarts(t, p.UID); now != restarts {
+	if now := pluginContainer(waitPluginReady(t, p.UID, 0)).RestartCount; now != restarts {
 		t.Fatalf("the plugin container was restarted during the outage (%d restarts, before %d)", now, restarts)
 	}
 	deleteAndCheckGone(t, ns, "after-outage", uid)
 }
 
 // servingSocket returns a client of the fault node's plugin socket that
-// answers (a killed pod's socket file may be left next to it).
+// answers (a killed pod's socket file may be left next to it). The host's
+// path of a node's socket is longer than a Unix socket address may be, so
+// it is dialled through a short symbolic link.
 func servingSocket(t *testing.T) drapb.DRAPluginClient {
 	t.Helper()
 	socks, _ := filepath.Glob(filepath.Join(pluginDir(faultNode), "dra*.sock"))
-	for _, s := range socks {
-		conn, err := grpc.NewClient("unix://"+s, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	short, err := os.MkdirTemp("", "dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(short) })
+	var errs []error
+	for i, s := range socks {
+		link := filepath.Join(short, fmt.Sprintf("%d.sock", i))
+		if err := os.Symlink(s, link); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient("unix://"+link, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		dra := drapb.NewDRAPluginClient(conn)
-		if unprepareUnknown(dra, "default") == nil {
-			t.Cleanup(func() { _ = conn.Close() })
-			return dra
+		if err := unprepareUnknown(dra, "default"); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", filepath.Base(s), err))
+			_ = conn.Close()
+			continue
 		}
-		_ = conn.Close()
+		t.Cleanup(func() { _ = conn.Close() })
+		return dra
 	}
-	t.Fatalf("none of the sockets %v of %s answers", socks, faultNode)
+	t.Fatalf("none of the sockets %v of %s answers: %v", socks, faultNode, errs)
 	return nil
 }
 
@@ -177,7 +192,7 @@ func testRollingUpdate(t *testing.T, ns string) {
 	if err := <-handover; err != nil {
 		t.Fatalf("helm upgrade: %v", err)
 	}
-	cur := waitPluginReady(t, "")
+	cur := waitPluginReady(t, "", 0)
 	if cur.UID == old.UID {
 		t.Fatal("the plugin pod was not replaced by the upgrade")
 	}

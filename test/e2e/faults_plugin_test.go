@@ -81,19 +81,20 @@ func pluginContainer(p *v1.Pod) *v1.ContainerStatus {
 // 20 s, 40 s, ...), a new pod's first restart is quick.
 func freshPluginPod(t *testing.T) *v1.Pod {
 	t.Helper()
-	p := waitPluginReady(t, "")
+	p := waitPluginReady(t, "", 0)
 	if st := pluginContainer(p); st != nil && st.RestartCount > 0 {
 		if err := realCluster.RestartPlugin(context.Background(), faultNode); err != nil {
 			t.Fatal(err)
 		}
-		p = waitPluginReady(t, "")
+		p = waitPluginReady(t, "", 0)
 	}
 	return p
 }
 
 // waitPluginReady waits until the fault node's plugin pod (the one with
-// uid, if given) is Ready and returns it.
-func waitPluginReady(t *testing.T, uid types.UID) *v1.Pod {
+// uid, if given) is Ready with its container restarted at least
+// minRestarts times, and returns it.
+func waitPluginReady(t *testing.T, uid types.UID, minRestarts int32) *v1.Pod {
 	t.Helper()
 	var p *v1.Pod
 	var last error
@@ -105,6 +106,10 @@ func waitPluginReady(t *testing.T, uid types.UID) *v1.Pod {
 		if uid != "" && p.UID != uid {
 			last = fmt.Errorf("plugin pod %s replaced (uid %s, want %s)", p.Name, p.UID, uid)
 			return false, last
+		}
+		if st := pluginContainer(p); st == nil || st.RestartCount < minRestarts {
+			last = fmt.Errorf("plugin pod %s: container not restarted %d times yet", p.Name, minRestarts)
+			return false, nil
 		}
 		for _, c := range p.Status.Conditions {
 			if c.Type == v1.PodReady && c.Status == v1.ConditionTrue {
@@ -120,15 +125,16 @@ func waitPluginReady(t *testing.T, uid types.UID) *v1.Pod {
 	return p
 }
 
-// pluginRestarts waits until the plugin pod uid is Ready again and returns
-// how often the kubelet restarted its container.
-func pluginRestarts(t *testing.T, uid types.UID) int32 {
+// pluginRestarted waits until the kubelet has restarted the container of
+// the plugin pod uid (once more than the pod's status said before) and it
+// is Ready again; it returns the container's restart count.
+func pluginRestarted(t *testing.T, before *v1.Pod) int32 {
 	t.Helper()
-	st := pluginContainer(waitPluginReady(t, uid))
-	if st == nil {
-		t.Fatal("the plugin pod has no container status")
+	n := int32(1)
+	if st := pluginContainer(before); st != nil {
+		n = st.RestartCount + 1
 	}
-	return st.RestartCount
+	return pluginContainer(waitPluginReady(t, before.UID, n)).RestartCount
 }
 
 // onePluginPID is the host PID of the fault node's only plugin process.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,7 +89,7 @@ spec:
 	marker := func(d device) string { return filepath.Join(pluginDir(faultNode), "locks", "timeslice."+d.name) }
 	holder := func(d device) string { return filepath.Join(checkpointDir(faultNode), "holders", d.name, uid) }
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
-	slices := func() string {
+	levels := func() string {
 		var s []string
 		for _, d := range gpus {
 			s = append(s, d.name+"="+timeSlice(faultNode, d.uuid))
@@ -102,16 +103,16 @@ spec:
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		return !defaultSlice(gpus[0]) || !defaultSlice(gpus[1]), nil
 	}); err != nil {
-		t.Fatalf("no GPU of the claim was time-sliced: %s", slices())
+		t.Fatalf("no GPU of the claim was time-sliced: %s", levels())
 	}
-	t.Logf("time slices set (%s); the prepare sleeps past the kubelet's deadline", slices())
+	t.Logf("time slices set (%s); the prepare sleeps past the kubelet's deadline", levels())
 
 	// The rollback, past the deadline, has undone the sharing setup and sits
 	// in rollback/SharingReleased: the test looks, then deletes the pod.
 	seen := false
 	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, kubeletDeadline+time.Minute, true, func(context.Context) (bool, error) {
 		if pids, _ := realCluster.PluginPIDs(faultNode); len(pids) != 1 || pids[0] != pid {
-			return false, fmt.Errorf("the plugin died before its rollback had restored the time slices (%s) and cleared the markers", slices())
+			return false, fmt.Errorf("the plugin died before its rollback had restored the time slices (%s) and cleared the markers", levels())
 		}
 		if exists(specPath(faultNode, uid)) || !exists(record) {
 			return false, nil
@@ -126,18 +127,21 @@ spec:
 	})
 	if !seen {
 		t.Fatalf("the rollback after the kubelet's deadline did not undo the time slices: %v; slices %s, CDI spec present %v, record present %v",
-			err, slices(), exists(specPath(faultNode, uid)), exists(record))
+			err, levels(), exists(specPath(faultNode, uid)), exists(record))
 	}
 	t.Logf("after %v: rolled back past the deadline up to the holders and the record (slices %s); the plugin is about to be killed",
-		time.Since(start).Round(time.Second), slices())
+		time.Since(start).Round(time.Second), levels())
 	if err := client.CoreV1().Pods(ns).Delete(context.Background(), "rollback", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	restarts := pluginRestarts(t, p.UID)
-	if pids, _ := realCluster.PluginPIDs(faultNode); len(pids) == 1 && pids[0] == pid {
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		pids, err := realCluster.PluginPIDs(faultNode)
+		return err == nil && !slices.Contains(pids, pid), nil
+	}); err != nil {
 		t.Fatal("the plugin was not killed in the rollback")
 	}
+	restarts := pluginRestarted(t, p)
 	fileGone(t, armFile())
 	waitPodGone(t, ns, "rollback", 3*time.Minute)
 	for _, f := range []string{specPath(faultNode, uid), record, holder(gpus[0]), holder(gpus[1]), marker(gpus[0]), marker(gpus[1])} {
