@@ -64,23 +64,23 @@ e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-ins
 e2e-fast: build k8s-binaries $(HELM) ## The e2e suite on the fake-runtime cluster (E2E_RUNTIME=fake)
 	E2E_RUNTIME=fake $(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/
 
-bench-cluster: build k8s-binaries $(HELM) ## Pod create->Running with and without a GPU claim on the local cluster
+bench-cluster: $(E2E_DEPS) ## Pod create->Running with and without a GPU claim on the local cluster
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -tags e2e -run '^$$' -bench PodCreateToRunning -benchtime $${N:-50}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/cluster.txt
 
-bench-scale: build k8s-binaries $(HELM) ## Scheduler allocation over 120 simulated GPU nodes, 800 claims (in-process; cluster: SCALE_SHAPES=. adds dynamic MIG)
+bench-scale: $(E2E_DEPS) ## Scheduler allocation over 120 simulated GPU nodes, 800 claims (in-process; then the containerd cluster's scheduler, 120 Node objects with slices; SCALE_SHAPES=. adds dynamic MIG)
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -run '^$$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice/ | tee $(OUTPUT)/bench/scale.txt
-	E2E_RUNTIME=$${E2E_RUNTIME:-fake} $(GO) test -tags e2e -run '^$$' -bench "SchedulerScale/$${SCALE_SHAPES:-whole-gpus}" -benchtime 1x -timeout 40m ./test/e2e/ | tee -a $(OUTPUT)/bench/scale.txt
+	$(GO) test -tags e2e -run '^$$' -bench "SchedulerScale/$${SCALE_SHAPES:-whole-gpus}" -benchtime 1x -timeout 40m ./test/e2e/ | tee -a $(OUTPUT)/bench/scale.txt
 
-bench-drasock: build k8s-binaries $(HELM) ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API
+bench-drasock: $(E2E_DEPS) ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API (a plugin process of its own against the containerd cluster's control plane)
 	@mkdir -p $(OUTPUT)/bench
-	E2E_RUNTIME=$${E2E_RUNTIME:-fake} $(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
+	$(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
 
 test-faults: $(E2E_DEPS) images-failpoints ## Fault injection on the containerd cluster: the plugin pod killed at each failpoint under pod churn, kill -9 in a rollback past the kubelet's deadline, corrupt checkpoint, API outage, rolling update
 	$(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/
 
-bench-report: build k8s-binaries $(HELM) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
+bench-report: $(E2E_DEPS) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
 	test/bench/run.sh
 
 demo: build k8s-binaries containerd images $(HELM) ## The README's first command

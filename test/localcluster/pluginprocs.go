@@ -36,19 +36,30 @@ func (c *Cluster) PluginPIDs(node string) ([]int, error) {
 	if _, err := c.nodeIndex(node); err != nil {
 		return nil, err
 	}
+	return podProcesses("gpu-kubelet-plugin", CgroupParent(c.clusterName(), node)+"/pods/")
+}
+
+// ControllerPIDs returns the host PIDs of the gpu-controller processes
+// running in the cluster's pods, on any node.
+func (c *Cluster) ControllerPIDs() ([]int, error) {
+	return podProcesses("gpu-controller", "/"+c.clusterName()+"/")
+}
+
+// podProcesses lists the processes whose executable has the base name exe
+// and whose cgroup (in any hierarchy) starts with cgroupPrefix.
+func podProcesses(exe, cgroupPrefix string) ([]int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
-	parent := CgroupParent(c.clusterName(), node) + "/pods/"
 	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil || filepath.Base(strings.TrimSuffix(exe, " (deleted)")) != "gpu-kubelet-plugin" || !alive(pid) {
+		path, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil || filepath.Base(strings.TrimSuffix(path, " (deleted)")) != exe || !alive(pid) {
 			continue
 		}
 		cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
@@ -58,7 +69,7 @@ func (c *Cluster) PluginPIDs(node string) ([]int, error) {
 			}
 			return nil, err
 		}
-		if strings.Contains(string(cg), ":"+parent) {
+		if strings.Contains(string(cg), ":"+cgroupPrefix) {
 			pids = append(pids, pid)
 		}
 	}
