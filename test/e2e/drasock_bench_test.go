@@ -33,9 +33,8 @@ import (
 // allocated by writing their status as the scheduler would, without pods.
 // The benchmark does not use a node's plugin pod: its dra.sock belongs to
 // that node's kubelet (claims prepared behind its back would be in the
-// plugin's checkpoint but not in the kubelet's), the chart confines its
-// token to claims allocated on its node and reserved by pods there, and its
-// process would be shared with the cluster's own work. It starts its own
+// plugin's checkpoint but not in the kubelet's), and its process is shared
+// with the cluster's own work, which the probe would count. It starts its own
 // plugin process on the host instead (the shipped binary and defaults,
 // simulated dgx-h100 on a fake driver root, pool "gpu-bench" of a Node
 // object without a kubelet) against the local cluster's API server, with
