@@ -18,7 +18,7 @@ PKGS := ./...
 BENCH_PKGS := ./pkg/...
 
 
-.PHONY: all bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd controller-up demo e2e e2e-fast fake-driver-root fmt fuzz gpu-verify helm-lint help image images inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
+.PHONY: all bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd controller-up demo e2e e2e-fast fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
 
 all: build
 
@@ -64,23 +64,23 @@ e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-ins
 e2e-fast: build k8s-binaries $(HELM) ## The e2e suite on the fake-runtime cluster (E2E_RUNTIME=fake)
 	E2E_RUNTIME=fake $(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/
 
-bench-cluster: build k8s-binaries $(HELM) ## Pod create->Running with and without a GPU claim on the local cluster
+bench-cluster: $(E2E_DEPS) ## Pod create->Running with and without a GPU claim on the local cluster
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -tags e2e -run '^$$' -bench PodCreateToRunning -benchtime $${N:-50}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/cluster.txt
 
-bench-scale: build k8s-binaries $(HELM) ## Scheduler allocation over 120 simulated GPU nodes, 800 claims (in-process; cluster: SCALE_SHAPES=. adds dynamic MIG)
+bench-scale: $(E2E_DEPS) ## Scheduler allocation over 120 simulated GPU nodes, 800 claims (in-process; then the containerd cluster's scheduler, 120 Node objects with slices; SCALE_SHAPES=. adds dynamic MIG)
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -run '^$$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice/ | tee $(OUTPUT)/bench/scale.txt
-	E2E_RUNTIME=$${E2E_RUNTIME:-fake} $(GO) test -tags e2e -run '^$$' -bench "SchedulerScale/$${SCALE_SHAPES:-whole-gpus}" -benchtime 1x -timeout 40m ./test/e2e/ | tee -a $(OUTPUT)/bench/scale.txt
+	$(GO) test -tags e2e -run '^$$' -bench "SchedulerScale/$${SCALE_SHAPES:-whole-gpus}" -benchtime 1x -timeout 40m ./test/e2e/ | tee -a $(OUTPUT)/bench/scale.txt
 
-bench-drasock: build k8s-binaries $(HELM) ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API
+bench-drasock: $(E2E_DEPS) ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API (a plugin process of its own against the containerd cluster's control plane)
 	@mkdir -p $(OUTPUT)/bench
-	E2E_RUNTIME=$${E2E_RUNTIME:-fake} $(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
+	$(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
 
-test-faults: build k8s-binaries $(HELM) ## Fault injection on the local cluster: kill -9 at each failpoint under pod churn, corrupt checkpoint, API outage
-	E2E_RUNTIME=fake $(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/
+test-faults: $(E2E_DEPS) images-failpoints ## Fault injection on the containerd cluster: the plugin pod killed at each failpoint under pod churn, kill -9 in a rollback past the kubelet's deadline, corrupt checkpoint, API outage, rolling update
+	$(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/
 
-bench-report: build k8s-binaries $(HELM) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
+bench-report: $(E2E_DEPS) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
 	test/bench/run.sh
 
 demo: build k8s-binaries containerd images $(HELM) ## The README's first command
@@ -189,6 +189,17 @@ images: busybox-static ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(IMAGE_BIN)/ ./test/cmd/gpudra-pause ./test/cmd/gpudra-gpus
 	CGO_ENABLED=1 $(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(IMAGE_BIN)/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller
 	$(GO) run ./test/cmd/gpudra-images build --out $(IMAGES_DIR) --bin-dir $(IMAGE_BIN) --busybox-root $(BUSYBOX_ROOT)
+
+# The fault suite's image: ghcr.io/gpudra/gpudra:failpoints, the gpudra image
+# with gpu-kubelet-plugin built with -tags failpoints (pkg/failpoint). It goes
+# to its own directory, so the cluster imports it only when the fault suite
+# asks (gpudra-images refuses it as the shipped image and vice versa).
+FAILPOINTS_DIR := $(IMAGES_DIR)/failpoints
+images-failpoints: ## ghcr.io/gpudra/gpudra:failpoints (plugin built with -tags failpoints) in _output/images/failpoints, for make test-faults
+	@mkdir -p $(FAILPOINTS_DIR)/bin
+	CGO_ENABLED=1 $(GO) build -trimpath -tags grpcnotrace,failpoints -ldflags "-s -w" -o $(FAILPOINTS_DIR)/bin/ ./cmd/gpu-kubelet-plugin
+	CGO_ENABLED=1 $(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(FAILPOINTS_DIR)/bin/ ./cmd/gpu-controller
+	$(GO) run ./test/cmd/gpudra-images build-failpoints --out $(FAILPOINTS_DIR) --bin-dir $(FAILPOINTS_DIR)/bin
 
 # The workload image's shell and tools: Debian's busybox-static package, from
 # the archive (apt-get download) or, without one, from the apt cache.

@@ -254,6 +254,7 @@ func (m *Manager) rollback(ctx context.Context, rec *checkpoint.ClaimRecord) {
 		logger.Error(err, "Rollback: undoing the GPU sharing setup failed; it will be retried at restart", "claimUID", rec.UID)
 		return
 	}
+	failpoint.Inject(failpoint.RollbackSharingReleased)
 	if err := m.teardownMIG(ctx, rec); err != nil {
 		logger.Error(err, "Rollback: destroying MIG devices failed; they will be destroyed at restart", "claimUID", rec.UID)
 		return

@@ -16,6 +16,7 @@ import (
 	"github.com/gpudra/gpudra/pkg/cdi"
 	"github.com/gpudra/gpudra/pkg/checkpoint"
 	"github.com/gpudra/gpudra/pkg/claimconfig"
+	"github.com/gpudra/gpudra/pkg/failpoint"
 	"github.com/gpudra/gpudra/pkg/sharing"
 	"github.com/gpudra/gpudra/pkg/slice"
 )
@@ -56,6 +57,7 @@ func (m *Manager) applySharing(ctx context.Context, c *claimState) error {
 		if err := m.markTimeSliced(d.Name, d.UUID, interval != v1alpha1.DefaultTimeSlice); err != nil {
 			return err
 		}
+		failpoint.Inject(failpoint.PrepareTimeSliceSet)
 	}
 	if daemon == nil {
 		return nil

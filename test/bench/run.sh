@@ -16,15 +16,17 @@ mkdir -p "$out"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 only=" ${BENCH_ONLY:-unit drasock startup controller pods scale} "
 
-test/cluster/cluster.sh up
+# The containerd cluster (test/localcluster) with the chart-installed driver;
+# the benchmarks find it running (E2E_KEEP_CLUSTER: no test takes it down).
+# drasock and startup run a plugin of their own as a host process against its
+# control plane (see BenchmarkDRASock); controller measures the chart's
+# controller pod, pods the node's plugin pod.
+cluster=_output/bin/gpudra-cluster
+$cluster up
 if [ "${KEEP_CLUSTER:-0}" != 1 ]; then
-	trap 'test/cluster/cluster.sh down >/dev/null' EXIT
+	trap '$cluster down >/dev/null' EXIT
 fi
 export E2E_KEEP_CLUSTER=1
-# The plugin-level figures are taken on the fast cluster (plugins as host
-# processes, comparable with earlier reports); E2E_RUNTIME=containerd for the
-# chart-installed driver on containerd.
-export E2E_RUNTIME=${E2E_RUNTIME:-fake}
 
 e2e() { # name pattern benchtime
 	[[ $only == *" $1 "* ]] || return 0

@@ -31,10 +31,14 @@ import (
 // for claims that exist and are allocated in the API server, so each prepare
 // includes the claim GET the kubelet-plugin helper performs. Claims are
 // allocated by writing their status as the scheduler would, without pods.
-// The node plugins of the local cluster use their node's identity, which may
-// only read claims of pods bound to the node; so the benchmark starts its own
-// plugin (shipped defaults, simulated dgx-h100, pool "gpu-bench") with
-// cluster-wide read access to claims, as the Helm chart's ServiceAccount has.
+// The benchmark does not use a node's plugin pod: its dra.sock belongs to
+// that node's kubelet (claims prepared behind its back would be in the
+// plugin's checkpoint but not in the kubelet's), and its process is shared
+// with the cluster's own work, which the probe would count. It starts its own
+// plugin process on the host instead (the shipped binary and defaults,
+// simulated dgx-h100 on a fake driver root, pool "gpu-bench" of a Node
+// object without a kubelet) against the local cluster's API server, with
+// the admin kubeconfig; the probe reads that process's CPU time and memory.
 //
 //	make bench-drasock
 func BenchmarkDRASock(b *testing.B) {
@@ -295,7 +299,8 @@ func smapsRollup(b *testing.B, pid int) map[string]float64 {
 // fakeNode creates a Node object without a kubelet (the owner of a benchmark
 // plugin's slices) and deletes it when the benchmark ends.
 func fakeNode(b *testing.B, name string) {
-	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"gpudra.io/bench": "true"}}}
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"gpudra.io/bench": "true"}},
+		Spec: v1.NodeSpec{Taints: []v1.Taint{noKubeletTaint}}}
 	if _, err := client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}

@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,50 +15,65 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 )
 
-// testCorruptCheckpoint truncates the record of a running pod's claim while
-// the plugin is stopped: the plugin must refuse to start and name the file
-// (README, "Recovering a corrupted checkpoint"); with the file restored, as
-// the documented recovery says, it starts and the pod's claim is intact.
+// testCorruptCheckpoint truncates the record of a running pod's claim and
+// kills the plugin (kill -9, as the OOM killer would): the container the
+// kubelet starts again must refuse to start and name the file (README,
+// "Recovering a corrupted checkpoint"); with the file restored, as the
+// documented recovery says, the kubelet's next restart starts it and the
+// pod's claim is intact.
 func testCorruptCheckpoint(t *testing.T, ns string) {
+	p := freshPluginPod(t)
 	uid := runOnePod(t, ns, "corrupt")
 	record := filepath.Join(checkpointDir(faultNode), uid+".json")
 	good, err := os.ReadFile(record)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clusterCmd(t, "stop-plugin", faultNode)
 	restored := false
 	t.Cleanup(func() {
 		if !restored {
 			_ = os.WriteFile(record, good, 0o600)
 		}
-		clusterCmd(t, "start-plugin", faultNode)
 	})
 	if err := os.WriteFile(record, good[:len(good)/2], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Run the plugin as the cluster does, in the foreground: it must exit.
-	args := pluginCommand(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
-	if err == nil || ctx.Err() != nil {
-		t.Fatalf("the plugin started over a truncated record (err %v):\n%s", err, tail(string(out), 20))
+	if err := syscall.Kill(onePluginPID(t), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), record) {
-		t.Fatalf("the start-up error does not name the damaged file %s:\n%s", record, tail(string(out), 20))
+	// The restarted container must exit with an error that names the file
+	// as the plugin sees it (the node's path).
+	inPod := nodePath(record)
+	var log string
+	err = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		cur, err := realCluster.PluginPod(ctx, faultNode)
+		if err != nil || cur.UID != p.UID {
+			return false, err
+		}
+		st := pluginContainer(cur)
+		if st == nil || st.LastTerminationState.Terminated == nil || st.LastTerminationState.Terminated.ExitCode == 137 {
+			return false, nil // not yet restarted, or the last end is our kill
+		}
+		raw, err := client.CoreV1().Pods(cur.Namespace).GetLogs(cur.Name, &v1.PodLogOptions{Container: "plugin", Previous: true}).DoRaw(ctx)
+		log = string(raw)
+		return err == nil && strings.Contains(log, inPod), nil
+	})
+	if err != nil {
+		t.Fatalf("the plugin did not refuse to start over the truncated %s (%v); its last log:\n%s", inPod, err, tail(log, 20))
 	}
-	t.Logf("refused to start: %s", lastLine(string(out), record))
+	t.Logf("refused to start: %s", lastLine(log, inPod))
 	if err := os.WriteFile(record, good, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	restored = true
-	clusterCmd(t, "start-plugin", faultNode)
+	// The kubelet's next restart (after its back-off) starts it.
+	t.Logf("restored; the kubelet restarted it (%d restarts)", pluginContainer(waitPluginReady(t, p.UID, 2)).RestartCount)
 	if _, err := os.Stat(specPath(faultNode, uid)); err != nil {
 		t.Fatalf("CDI spec of the running pod lost: %v", err)
 	}
@@ -69,130 +82,128 @@ func testCorruptCheckpoint(t *testing.T, ns string) {
 }
 
 // testAPIServerOutage stops kube-apiserver for GPUDRA_FAULT_OUTAGE (30s):
-// the plugin process must stay up and keep serving dra.sock, and once the
-// API server is back it must prepare a new pod's claim without a restart.
+// the plugin process must stay up (same PID, no container restart) and
+// keep serving dra.sock, and once the API server is back it must prepare a
+// new pod's claim without a restart.
 func testAPIServerOutage(t *testing.T, ns string) {
-	before := pluginPID()
-	if before == 0 {
-		t.Fatal("plugin not running")
-	}
+	p := freshPluginPod(t)
+	restarts := pluginContainer(p).RestartCount
+	pid := onePluginPID(t)
 	outage := 30 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("GPUDRA_FAULT_OUTAGE")); err == nil {
 		outage = d
 	}
-	clusterCmd(t, "stop-apiserver")
+	dra := servingSocket(t)
+	if err := realCluster.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
 	started := false
 	t.Cleanup(func() {
 		if !started {
-			clusterCmd(t, "start-apiserver")
+			if err := realCluster.StartAPIServer(context.Background()); err != nil {
+				t.Errorf("start the API server again: %v", err)
+			}
 		}
 	})
-	socket := filepath.Join(kubeletDir(faultNode), "plugins", driver, "dra.sock")
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	dra := drapb.NewDRAPluginClient(conn)
 	deadline := time.Now().Add(outage)
 	for time.Now().Before(deadline) {
 		// Unpreparing an unknown claim needs no API: it shows the plugin serves.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{
-			{Namespace: ns, Name: "none", Uid: "00000000-0000-0000-0000-000000000001"}}})
-		cancel()
-		if err != nil {
+		if err := unprepareUnknown(dra, ns); err != nil {
 			t.Fatalf("dra.sock stopped serving during the API outage: %v", err)
 		}
-		if pluginPID() != before {
-			t.Fatal("the plugin exited during the API outage")
+		if pids, err := realCluster.PluginPIDs(faultNode); err != nil || !slices.Equal(pids, []int{pid}) {
+			t.Fatalf("the plugin process %d exited during the API outage (now: %v, %v)", pid, pids, err)
 		}
 		time.Sleep(2 * time.Second)
 	}
-	clusterCmd(t, "start-apiserver")
+	if err := realCluster.StartAPIServer(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	started = true
 	uid := runOnePod(t, ns, "after-outage")
-	if after := pluginPID(); after != before {
-		t.Fatalf("the plugin was restarted (pid %d, now %d)", before, after)
+	if pids, _ := realCluster.PluginPIDs(faultNode); !slices.Equal(pids, []int{pid}) {
+		t.Fatalf("the plugin was restarted (pid %d, now %v)", pid, pids)
+	}
+	if now := pluginContainer(waitPluginReady(t, p.UID, 0)).RestartCount; now != restarts {
+		t.Fatalf("the plugin container was restarted during the outage (%d restarts, before %d)", now, restarts)
 	}
 	deleteAndCheckGone(t, ns, "after-outage", uid)
 }
 
-// testRollingUpdate replaces the node's plugin the way a DaemonSet with
-// maxSurge does: the old instance (started with a pod UID) keeps serving
-// while a new one with another pod UID starts and registers, then the old
-// one gets SIGTERM. Pods are created and deleted, eight at a time, across
-// the handover; not one prepare may fail.
-func testRollingUpdate(t *testing.T, ns string) {
-	restartWithEnv(t, "POD_UID=old")
-	t.Cleanup(func() {
-		clusterCmd(t, "stop-plugin", faultNode)
-		restartWithEnv(t)
-	})
-	churnRound(t, ns, "roll-0", 8) // the old instance alone
-
-	args := pluginCommand(t)
-	// A new plugin pod has its own network namespace (the chart's DaemonSet
-	// does not use the host network); as a host process here it needs a
-	// metrics port of its own.
-	for i := range args {
-		if args[i] == "--metrics-address" && i+1 < len(args) {
-			args[i+1] = "127.0.0.1:0"
-		} else if strings.HasPrefix(args[i], "--metrics-address=") {
-			args[i] = "--metrics-address=127.0.0.1:0"
-		}
-	}
-	newUID := "new" // short: Unix socket paths have at most 107 bytes
-	logPath := filepath.Join(t.TempDir(), "plugin-new.log")
-	logFile, err := os.Create(logPath)
+// servingSocket returns a client of the fault node's plugin socket that
+// answers (a killed pod's socket file may be left next to it). The host's
+// path of a node's socket is longer than a Unix socket address may be, so
+// it is dialled through a short symbolic link.
+func servingSocket(t *testing.T) drapb.DRAPluginClient {
+	t.Helper()
+	socks, _ := filepath.Glob(filepath.Join(pluginDir(faultNode), "dra*.sock"))
+	short, err := os.MkdirTemp("", "dra")
 	if err != nil {
 		t.Fatal(err)
 	}
-	surge := exec.Command(args[0], args[1:]...)
-	surge.Env = append(pluginEnv("", ""), "POD_UID="+newUID)
-	// The command is unshare with the plugin as its child, in a process
-	// group of their own: killing the group ends both.
-	surge.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	surge.Stdout, surge.Stderr = logFile, logFile
+	t.Cleanup(func() { _ = os.RemoveAll(short) })
+	var errs []error
+	for i, s := range socks {
+		link := filepath.Join(short, fmt.Sprintf("%d.sock", i))
+		if err := os.Symlink(s, link); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient("unix://"+link, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		dra := drapb.NewDRAPluginClient(conn)
+		if err := unprepareUnknown(dra, "default"); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", filepath.Base(s), err))
+			_ = conn.Close()
+			continue
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return dra
+	}
+	t.Fatalf("none of the sockets %v of %s answers: %v", socks, faultNode, errs)
+	return nil
+}
+
+func unprepareUnknown(dra drapb.DRAPluginClient, ns string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{
+		{Namespace: ns, Name: "none", Uid: "00000000-0000-0000-0000-000000000001"}}})
+	return err
+}
+
+// testRollingUpdate rolls the plugin DaemonSet with helm upgrade (a new pod
+// annotation), which with the chart's maxSurge starts the new pod beside
+// the old one, then stops the old one. Pods are created and deleted, eight
+// at a time, before, across and after the handover: not one prepare may
+// fail, and the new pod serves the last round.
+func testRollingUpdate(t *testing.T, ns string) {
+	old := freshPluginPod(t)
+	churnRound(t, ns, "roll-0", 8) // the old pod alone
 	handover := make(chan error, 1)
+	start := time.Now()
 	go func() {
-		if err := surge.Start(); err != nil {
-			handover <- err
-			return
-		}
-		// The new instance registers under its own socket name; once the
-		// kubelet has it, the old instance goes.
-		regSocket := driver + "-" + newUID + "-reg.sock"
-		err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-			log, _ := os.ReadFile(filepath.Join(clusterDir, "logs", "kubelet-"+faultNode+".log"))
-			return strings.Contains(string(log), regSocket) && strings.Contains(string(log), `"OperationExecutor.RegisterPlugin started"`), nil
-		})
-		if err != nil {
-			log, _ := os.ReadFile(logPath)
-			handover <- fmt.Errorf("the kubelet never registered the new instance (%s); its log:\n%s", regSocket, tail(string(log), 20))
-			return
-		}
-		time.Sleep(time.Second)
-		out, err := exec.Command(clusterSh, "stop-plugin", faultNode).CombinedOutput()
-		if err != nil {
-			err = fmt.Errorf("stop the old instance: %w\n%s", err, out)
-		}
-		handover <- err
+		rollout := fmt.Sprintf("kubeletPlugin.podAnnotations.e2e\\.gpudra\\.io/rollout=f%d", time.Now().UnixNano())
+		handover <- realCluster.InstallDriver(context.Background(), rollout)
 	}()
-	t.Cleanup(func() {
-		if surge.Process != nil {
-			_ = syscall.Kill(-surge.Process.Pid, syscall.SIGKILL)
-		}
-		_ = surge.Wait()
-		_ = logFile.Close()
-	})
 	churnRound(t, ns, "roll-1", 8) // across the handover
 	if err := <-handover; err != nil {
+		t.Fatalf("helm upgrade: %v", err)
+	}
+	cur := waitPluginReady(t, "", 0)
+	if cur.UID == old.UID {
+		t.Fatal("the plugin pod was not replaced by the upgrade")
+	}
+	t.Logf("rolled out in %v: %s replaced %s", time.Since(start).Round(time.Millisecond), cur.Name, old.Name)
+	churnRound(t, ns, "roll-2", 8) // the new pod alone
+	raw, err := client.CoreV1().Pods(cur.Namespace).GetLogs(cur.Name, &v1.PodLogOptions{Container: "plugin"}).DoRaw(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
-	churnRound(t, ns, "roll-2", 8) // the new instance alone
-	if log, _ := os.ReadFile(logPath); strings.Count(string(log), `"Prepared claim"`) < 8 {
-		t.Errorf("the new instance prepared fewer than the last round's 8 claims; its log:\n%s", tail(string(log), 30))
+	if n := strings.Count(string(raw), `"Prepared claim"`); n < 8 {
+		t.Errorf("the new pod prepared %d claims, fewer than the last round's 8; its log:\n%s", n, tail(string(raw), 30))
 	}
 	events, err := client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=FailedPrepareDynamicResources"})
 	if err != nil {
@@ -202,17 +213,6 @@ func testRollingUpdate(t *testing.T, ns string) {
 		if strings.HasPrefix(e.InvolvedObject.Name, "roll-") {
 			t.Errorf("failed prepare during the rolling update: %s: %s", e.InvolvedObject.Name, e.Message)
 		}
-	}
-}
-
-// restartWithEnv kill -9s the node's plugin and starts the normal build with
-// extra environment (e.g. POD_UID).
-func restartWithEnv(t *testing.T, env ...string) {
-	t.Helper()
-	cmd := exec.Command(clusterSh, "restart-plugin", faultNode)
-	cmd.Env = append(slices.DeleteFunc(pluginEnv("", ""), func(kv string) bool { return strings.HasPrefix(kv, "POD_UID=") }), env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("restart-plugin: %v\n%s", err, out)
 	}
 }
 
@@ -240,41 +240,6 @@ func deleteAndCheckGone(t *testing.T, ns, name, uid string) {
 	waitPodGone(t, ns, name, 3*time.Minute)
 	fileGone(t, specPath(faultNode, uid))
 	fileGone(t, filepath.Join(checkpointDir(faultNode), uid+".json"))
-}
-
-// pluginCommand is the node plugin's command line as cluster.sh logged it.
-func pluginCommand(t *testing.T) []string {
-	f, err := os.Open(filepath.Join(clusterDir, "logs", "plugin-"+faultNode+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var last string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "=== command: "); ok {
-			last = rest
-		}
-	}
-	if last == "" {
-		t.Fatal("no plugin command line in the plugin log")
-	}
-	// cluster.sh logs it with printf %q: paths have no spaces, and a
-	// backslash escapes the next character (e.g. the commas of
-	// --health-ignored-xids=13,31,...).
-	args := strings.Fields(last)
-	for i, a := range args {
-		var b strings.Builder
-		for j := 0; j < len(a); j++ {
-			if a[j] == '\\' && j+1 < len(a) {
-				j++
-			}
-			b.WriteByte(a[j])
-		}
-		args[i] = b.String()
-	}
-	return args
 }
 
 func lastLine(s, containing string) string {

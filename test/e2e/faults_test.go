@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -24,10 +23,15 @@ import (
 	"github.com/gpudra/gpudra/pkg/failpoint"
 )
 
-// The fault suite (make test-faults; build tags e2e,faults) kills the plugin
-// of gpu-h100 with SIGKILL at each failpoint of the prepare path while pods
-// with one-GPU claims are created and deleted, eight at a time, restarts it
-// with the normal binary, and checks after every round:
+// The fault suite (make test-faults; build tags e2e,faults; the containerd
+// cluster) switches the driver to the failpoints image
+// (ghcr.io/gpudra/gpudra:failpoints, make images-failpoints) with a helm
+// upgrade, and arms one failpoint of gpu-h100's plugin pod at a time by
+// writing a file on the plugin's hostPath (pkg/failpoint, FileEnvVar) while
+// pods with one-GPU claims are created and deleted, eight at a time. The
+// failpoint kills the plugin (SIGKILL, or the exit of a container's PID 1)
+// and removes the file first, so the container the kubelet restarts runs
+// unarmed. After every round it checks:
 //
 //   - every pod that reached Running sees exactly the GPU allocated to it;
 //   - no GPU is held by two claims in the checkpoint;
@@ -41,83 +45,34 @@ import (
 const faultNode = "gpu-h100"
 
 func TestFaults(t *testing.T) {
-	bin := buildFailpointPlugin(t)
+	if !realRuntime {
+		t.Skip("the fault suite runs on the containerd cluster (make test-faults)")
+	}
 	ns := namespace(t)
 	oneGPUTemplate(t, ns)
-	t.Cleanup(func() { restartPlugin(t, "", "") })
 	pods := 48
 	if v, err := strconv.Atoi(os.Getenv("GPUDRA_FAULT_PODS")); err == nil && v >= 16 {
 		pods = v
 	}
-	for _, fp := range []struct{ short, name, action string }{
-		// Each kill lands in the second round (9th to 16th claim), while
-		// eight claims are prepared or unprepared at once.
-		{"started", failpoint.PrepareStarted, "crash-after(11)"},
-		{"cdi-written", failpoint.PrepareCDIWritten, "crash-after(13)"},
-		{"completed", failpoint.PrepareCompleted, "crash-after(15)"},
-		{"unprepare", failpoint.UnprepareCDIRemoved, "crash-after(12)"},
-	} {
-		t.Run(fp.short, func(t *testing.T) {
-			crashDuringChurn(t, ns, bin, fp.short, fp.name+"="+fp.action, pods)
-		})
-	}
+	t.Run("failpoints", func(t *testing.T) {
+		useFailpointsImage(t)
+		for _, fp := range []struct{ short, name, action string }{
+			// Each kill lands in the second round (9th to 16th claim), while
+			// eight claims are prepared or unprepared at once.
+			{"started", failpoint.PrepareStarted, "crash-after(11)"},
+			{"cdi-written", failpoint.PrepareCDIWritten, "crash-after(13)"},
+			{"completed", failpoint.PrepareCompleted, "crash-after(15)"},
+			{"unprepare", failpoint.UnprepareCDIRemoved, "crash-after(12)"},
+		} {
+			t.Run(fp.short, func(t *testing.T) {
+				crashDuringChurn(t, ns, fp.short, fp.name+"="+fp.action, pods)
+			})
+		}
+		t.Run("rollback-past-deadline", func(t *testing.T) { testRollbackPastDeadline(t, ns) })
+	})
 	t.Run("corrupt-checkpoint", func(t *testing.T) { testCorruptCheckpoint(t, ns) })
 	t.Run("apiserver-outage", func(t *testing.T) { testAPIServerOutage(t, ns) })
 	t.Run("rolling-update", func(t *testing.T) { testRollingUpdate(t, ns) })
-}
-
-// buildFailpointPlugin builds gpu-kubelet-plugin with -tags failpoints.
-func buildFailpointPlugin(t *testing.T) string {
-	bin := filepath.Join(repoRoot, "_output", "failpoints", "gpu-kubelet-plugin")
-	cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./cmd/gpu-kubelet-plugin")
-	cmd.Dir = repoRoot
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the failpoints plugin: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// restartPlugin kill -9s the node's plugin (if it runs) and starts bin
-// (empty: the normal build) with GPUDRA_FAILPOINTS=spec.
-func restartPlugin(t *testing.T, bin, spec string) {
-	t.Helper()
-	cmd := exec.Command(clusterSh, "restart-plugin", faultNode)
-	cmd.Env = pluginEnv(bin, spec)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("restart-plugin: %v\n%s", err, out)
-	}
-}
-
-func pluginEnv(bin, spec string) []string {
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "GPUDRA_PLUGIN_BIN=") || strings.HasPrefix(kv, failpoint.EnvVar+"=")
-	})
-	if bin != "" {
-		env = append(env, "GPUDRA_PLUGIN_BIN="+bin)
-	}
-	if spec != "" {
-		env = append(env, failpoint.EnvVar+"="+spec)
-	}
-	return env
-}
-
-// pluginPID is the PID of the node's plugin, 0 if it is not running.
-func pluginPID() int {
-	raw, err := os.ReadFile(filepath.Join(clusterDir, "pids", "plugin-"+faultNode+".pid"))
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil {
-		return 0
-	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-		return 0
-	}
-	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(stat), ") Z ") {
-		return 0 // a zombie: killed, not yet reaped
-	}
-	return pid
 }
 
 func oneGPUTemplate(t *testing.T, ns string) {
@@ -132,24 +87,20 @@ func oneGPUTemplate(t *testing.T, ns string) {
 	}
 }
 
-// crashDuringChurn runs rounds of 8 pods on the node with the failpoints
-// plugin, restarting the normal plugin as soon as the failpoint killed it.
-func crashDuringChurn(t *testing.T, ns, bin, short, spec string, pods int) {
-	restartPlugin(t, bin, spec)
+// crashDuringChurn runs rounds of 8 pods on the node with the failpoint
+// armed; the kubelet restarts the plugin container it kills.
+func crashDuringChurn(t *testing.T, ns, short, spec string, pods int) {
+	before := freshPluginPod(t)
+	pid := onePluginPID(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	crashed := make(chan time.Duration, 1)
 	started := time.Now()
-	go func() { // the supervisor a DaemonSet would be
+	arm(t, spec)
+	go func() {
 		defer close(crashed)
 		for ctx.Err() == nil {
-			if pluginPID() == 0 {
-				at := time.Since(started)
-				cmd := exec.Command(clusterSh, "start-plugin", faultNode)
-				cmd.Env = pluginEnv("", "")
-				if out, err := cmd.CombinedOutput(); err != nil {
-					t.Errorf("start-plugin after the crash: %v\n%s", err, out)
-				}
-				crashed <- at
+			if pids, err := realCluster.PluginPIDs(faultNode); err == nil && !slices.Contains(pids, pid) {
+				crashed <- time.Since(started)
 				return
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -164,15 +115,14 @@ func crashDuringChurn(t *testing.T, ns, bin, short, spec string, pods int) {
 		}
 	}
 	cancel()
-	select {
-	case at, ok := <-crashed:
-		if !ok {
-			t.Fatalf("the plugin never reached failpoint %s", spec)
-		}
-		t.Logf("plugin killed at %s after %v, restarted; %d pods ran", spec, at.Round(time.Millisecond), pods)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the plugin was not restarted")
+	at, ok := <-crashed
+	if !ok {
+		t.Fatalf("the plugin never reached failpoint %s", spec)
 	}
+	fileGone(t, armFile())
+	restarts := pluginRestarted(t, before)
+	t.Logf("plugin killed at %s after %v, container restarted by the kubelet (%d restarts); %d pods ran",
+		spec, at.Round(time.Millisecond), restarts, pods)
 }
 
 // churnRound creates n pods, waits until all run, checks the invariants,

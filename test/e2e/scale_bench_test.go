@@ -246,12 +246,18 @@ func scalePod(name, claimName, prefix string) *v1.Pod {
 	}
 }
 
+// noKubeletTaint keeps DaemonSet pods, the chart's plugin among them, off
+// the Node objects that no kubelet serves (the benchmarks' pods tolerate
+// it): on the containerd cluster the DaemonSet would otherwise add a plugin
+// pod per fake node to what the scheduler and the API server do.
+var noKubeletTaint = v1.Taint{Key: "gpudra.io/no-kubelet", Effect: v1.TaintEffectNoSchedule}
+
 // createFakeNode registers a Ready node that no kubelet serves, labelled
 // for the run's pods (gpudra.io/scale=<run>).
 func createFakeNode(ctx context.Context, name, run string) error {
 	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 		"kubernetes.io/hostname": name, "gpudra.io/scale": run,
-	}}}
+	}}, Spec: v1.NodeSpec{Taints: []v1.Taint{noKubeletTaint}}}
 	if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create node %s: %w", name, err)
 	}

@@ -164,7 +164,11 @@ var GpudraConfig = Config{
 // Dockerfile's base is the build image's Debian release, so the host's
 // glibc is the one the binaries were linked against), account files with
 // nonroot, the CA bundle, /tmp.
-func GpudraSpec(s Sources) (Image, error) {
+func GpudraSpec(s Sources) (Image, error) { return gpudraSpec(s, false) }
+
+// gpudraSpec is GpudraSpec; failpoints accepts binaries built with the
+// failpoints tag, which GpudraSpec refuses.
+func gpudraSpec(s Sources, failpoints bool) (Image, error) {
 	name, err := GpudraImageName(s.ChartDir)
 	if err != nil {
 		return Image{}, err
@@ -175,6 +179,11 @@ func GpudraSpec(s Sources) (Image, error) {
 		bin := filepath.Join(s.BinDir, filepath.Base(b))
 		if err := GpudraGoBuild.Check(bin); err != nil {
 			return Image{}, err
+		}
+		if !failpoints {
+			if err := refuseFailpoints(bin); err != nil {
+				return Image{}, err
+			}
 		}
 		bins = append(bins, bin)
 		entries = append(entries, HostFile(b, bin, 0o755))

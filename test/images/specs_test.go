@@ -50,7 +50,8 @@ func TestGpudraImageName(t *testing.T) {
 // testBins builds, once per test run, what Sources.BinDir holds: the real
 // gpudra-pause and gpudra-gpus, and small cgo programs standing in for the
 // gpudra binaries (built like the Dockerfile builds them; the real ones
-// take minutes), plus "unstripped", a cgo program built without -s -w.
+// take minutes), plus "unstripped", a cgo program built without -s -w, and
+// "failpoints", one built like the others with the failpoints tag.
 var testBins = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "gpudra-images-test-")
 	if err != nil {
@@ -85,6 +86,9 @@ var testBins = sync.OnceValues(func() (string, error) {
 		if err := goBuild(src, cgo, "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, b), "."); err != nil {
 			return "", err
 		}
+	}
+	if err := goBuild(src, cgo, "-trimpath", "-tags", FailpointsBuildTag, "-ldflags=-s -w", "-o", filepath.Join(dir, "failpoints"), "."); err != nil {
+		return "", err
 	}
 	return dir, goBuild(src, cgo, "-trimpath", "-o", filepath.Join(dir, "unstripped"), ".")
 })

@@ -15,6 +15,9 @@
 //	gpudra-cluster nvidia-smi NODE ARGS...        # the node's (fake) nvidia-smi, e.g. MIG set-up
 //	gpudra-cluster host-path NODE PATH           # where a path of the node's file system is on the host
 //	gpudra-cluster plugin-metrics-url NODE | controller-metrics-url
+//	gpudra-cluster stop-apiserver | start-apiserver  # an API server outage (the fault suite)
+//	gpudra-cluster import-image TAR                  # into every node's containerd
+//	gpudra-cluster plugin-pids NODE                  # host PIDs of the node's plugin processes
 package main
 
 import (
@@ -50,7 +53,7 @@ func run() error {
 	if len(os.Args) < 2 {
 		return fmt.Errorf("usage: gpudra-cluster up|down|status|kubeconfig|helm-upgrade|restart-plugin|stop-plugin|start-plugin|" +
 			"add-node|remove-node|stop-controller|start-controller|inject-fault|clear-faults|nvidia-smi|host-path|plugin-metrics-url|" +
-			"controller-metrics-url (see `go doc ./test/cmd/gpudra-cluster`)")
+			"controller-metrics-url|stop-apiserver|start-apiserver|import-image|plugin-pids (see `go doc ./test/cmd/gpudra-cluster`)")
 	}
 	cmd := os.Args[1]
 	if err := fs.Parse(os.Args[2:]); err != nil {
@@ -133,6 +136,18 @@ func run() error {
 		out, err := c.NvidiaSMI(ctx, args[0], args[1:]...)
 		if err == nil {
 			fmt.Print(out)
+		}
+		return err
+	case cmd == "stop-apiserver" && len(args) == 0:
+		return c.StopAPIServer()
+	case cmd == "start-apiserver" && len(args) == 0:
+		return c.StartAPIServer(ctx)
+	case cmd == "import-image" && len(args) == 1:
+		return c.ImportImage(ctx, args[0])
+	case cmd == "plugin-pids" && len(args) == 1:
+		pids, err := c.PluginPIDs(args[0])
+		for _, p := range pids {
+			fmt.Println(p)
 		}
 		return err
 	}

@@ -2,11 +2,13 @@
 // image layout tarballs for `ctr -n k8s.io images import` (see test/images):
 //
 //	gpudra-images build --out DIR [--bin-dir DIR] [--busybox-root DIR] [--chart DIR] [--host-root DIR]
+//	gpudra-images build-failpoints --out DIR --bin-dir DIR [--chart DIR] [--host-root DIR]
 //	gpudra-images names [--chart DIR]
 //	gpudra-images verify FILE...
 //
 // build writes pause.tar, workload.tar and gpudra.tar and prints "NAME FILE"
-// per image; names prints the three image names; verify reads tarballs back
+// per image; build-failpoints writes gpudra-failpoints.tar, the gpudra image
+// with a plugin built with -tags failpoints (make images-failpoints); names prints the three image names; verify reads tarballs back
 // and checks their digests. Paths default to the repository's layout (run
 // it from the repository root); `make images` builds the binaries and runs
 // build.
@@ -26,7 +28,7 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-const usage = "usage: gpudra-images build --out DIR [flags] | names [--chart DIR] | verify FILE..."
+const usage = "usage: gpudra-images build --out DIR [flags] | build-failpoints --out DIR --bin-dir DIR [flags] | names [--chart DIR] | verify FILE..."
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -49,6 +51,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&src.BinDir, "bin-dir", src.BinDir, "Directory with gpudra-pause and gpudra-gpus (static) and gpu-kubelet-plugin and gpu-controller (built like the Dockerfile builds them).")
 		fs.StringVar(&src.BusyboxRoot, "busybox-root", src.BusyboxRoot, "Debian's busybox-static package unpacked with dpkg-deb -x (make busybox-static).")
 		fs.StringVar(&src.HostRoot, "host-root", src.HostRoot, "Root file system the C library and CA certificates are taken from.")
+	case "build-failpoints":
+		fs.StringVar(&out, "out", "", "Directory for gpudra-failpoints.tar (required).")
+		fs.StringVar(&src.BinDir, "bin-dir", "", "Directory with gpu-kubelet-plugin built with -tags failpoints and gpu-controller, both built like the Dockerfile builds them (required).")
+		fs.StringVar(&src.HostRoot, "host-root", src.HostRoot, "Root file system the C library and CA certificates are taken from.")
 	case "names", "verify":
 	default:
 		_, _ = fmt.Fprintln(stderr, usage)
@@ -65,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "build":
 		err = build(out, src, fs.Args(), stdout)
+	case "build-failpoints":
+		err = buildFailpoints(out, src, fs.Args(), stdout)
 	case "names":
 		err = names(src.ChartDir, fs.Args(), stdout)
 	case "verify":
@@ -96,6 +104,18 @@ func build(out string, src images.Sources, extra []string, stdout io.Writer) err
 	for _, w := range written {
 		_, _ = fmt.Fprintln(stdout, w.Name, w.Path)
 	}
+	return nil
+}
+
+func buildFailpoints(out string, src images.Sources, extra []string, stdout io.Writer) error {
+	if out == "" || src.BinDir == "" || len(extra) > 0 {
+		return usageError("build-failpoints needs --out DIR, --bin-dir DIR and no arguments")
+	}
+	w, err := images.BuildFailpoints(out, src)
+	if err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintln(stdout, w.Name, w.Path)
 	return nil
 }
 
