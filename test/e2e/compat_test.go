@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpudra/gpudra/pkg/compat"
 )
@@ -41,6 +43,7 @@ func TestNVIDIACompatibility(t *testing.T) {
 		if err := realCluster.InstallDriver(context.Background()); err != nil {
 			t.Errorf("reinstalling the native chart: %v", err)
 		}
+		removeOtherDriversClasses(t, compat.NVIDIADriverName)
 	})
 	if err := realCluster.InstallDriver(ctx, "compatibility=nvidia"); err != nil {
 		t.Fatalf("install in NVIDIA compatibility mode: %v", err)
@@ -154,4 +157,43 @@ spec:
 			t.Errorf("a VfioDeviceConfig claim: err %v, output %s; want the webhook to refuse it by name", err, out)
 		}
 	})
+}
+
+// removeOtherDriversClasses does what the README's migration guide tells an
+// operator switching the chart from one driver name to the other: delete the
+// DeviceClasses kept for the old name (they map the same extended resources,
+// nvidia.com/gpu and nvidia.com/mig-*, and the scheduler may pick one whose
+// driver no longer runs) and wait until no ResourceSlice of it is left.
+func removeOtherDriversClasses(t *testing.T, oldDriver string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	classes, err := client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("list DeviceClasses: %v", err)
+		return
+	}
+	domain := strings.TrimPrefix(oldDriver, "gpu.")
+	for _, c := range classes.Items {
+		if strings.HasSuffix(c.Name, "."+domain) {
+			if err := client.ResourceV1().DeviceClasses().Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("delete DeviceClass %s: %v", c.Name, err)
+			}
+		}
+	}
+	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + oldDriver})
+		if err != nil || len(slices.Items) == 0 {
+			return err == nil, nil
+		}
+		// The kubelet removes a deregistered driver's slices after a grace
+		// period; an operator may delete them at once.
+		for _, s := range slices.Items {
+			_ = client.ResourceV1().ResourceSlices().Delete(ctx, s.Name, metav1.DeleteOptions{})
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("ResourceSlices of %s left after switching back: %v", oldDriver, err)
+	}
 }
