@@ -46,7 +46,7 @@ sim-nvml-lib: ## Build the simulated NVML library into _output/lib
 	$(GO) build -buildmode=c-shared -trimpath -ldflags "-s -w" -o $(OUTPUT)/lib/libnvidia-ml-sim.so ./test/nvmlsim/lib
 	@rm -f $(OUTPUT)/lib/libnvidia-ml-sim.h
 
-test: unit e2e e2e-fast ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster, then on the fast one
+test: unit e2e ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster with the chart-installed driver
 
 unit: vet ## Unit tests with the race detector (go vet first)
 	$(GO) test -race -count=1 $(PKGS)
