@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 const bigMIGPod = `
@@ -104,14 +105,19 @@ func TestMIGProfilesChangedWithMIGClaimPrepared(t *testing.T) {
 		t.Fatalf("plugin pod %s is not Ready after the rollout", newPlugin.Name)
 	}
 	t.Logf("rolled out in %s: %s replaced %s", time.Since(start).Round(time.Millisecond), newPlugin.Name, oldPlugin.Name)
-	published := map[string]bool{}
-	for _, d := range sliceDeviceTaints(t, migNode) {
-		if _, prof, ok := strings.Cut(d.Name, "-mig-"); ok {
-			prof, _, _ = strings.Cut(prof, "-")
-			published[prof] = true
+	// The new pod publishes once the old one has stopped (one publisher
+	// per node): wait for the restricted set.
+	var published map[string]bool
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		published = map[string]bool{}
+		for _, d := range sliceDeviceTaints(t, migNode) {
+			if _, prof, ok := strings.Cut(d.Name, "-mig-"); ok {
+				prof, _, _ = strings.Cut(prof, "-")
+				published[prof] = true
+			}
 		}
-	}
-	if !published["1g10gb"] || len(published) != 1 {
+		return published["1g10gb"] && len(published) == 1, nil
+	}); err != nil {
 		t.Fatalf("MIG profiles published after the upgrade: %v, want 1g10gb only", published)
 	}
 
