@@ -115,8 +115,10 @@ func pluginProcess(t *testing.T, node string) int {
 	var found []int
 	for _, f := range procs {
 		comm, err := os.ReadFile(f)
-		name := strings.TrimSpace(string(comm)) // at most 15 bytes
-		if err != nil || name == "" || !strings.HasPrefix("gpu-kubelet-plugin", name) {
+		// comm holds at most 15 bytes of the executable's name.
+		name := strings.TrimSpace(string(comm))
+		const executable = "gpu-kubelet-plugin"
+		if err != nil || name == "" || executable[:min(len(name), len(executable))] != name {
 			continue
 		}
 		cg, err := os.ReadFile(filepath.Join(filepath.Dir(f), "cgroup"))

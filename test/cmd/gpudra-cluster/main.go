@@ -103,8 +103,11 @@ func run() error {
 		return c.StartPlugin(ctx, args[0])
 	case cmd == "add-node" && len(args) >= 1:
 		nodes, err := localcluster.ParseNodes(args[0])
-		if err != nil || len(nodes) != 1 {
-			return fmt.Errorf("add-node NAME=PROFILE [PLUGIN-FLAG...]: %q: %v", args[0], err)
+		if err != nil {
+			return fmt.Errorf("add-node NAME=PROFILE [PLUGIN-FLAG...]: %q: %w", args[0], err)
+		}
+		if len(nodes) != 1 {
+			return fmt.Errorf("add-node NAME=PROFILE [PLUGIN-FLAG...]: %q names %d nodes; add one at a time", args[0], len(nodes))
 		}
 		return c.AddNode(ctx, nodes[0], args[1:]...)
 	case cmd == "remove-node" && len(args) == 1:
