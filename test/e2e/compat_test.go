@@ -12,6 +12,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpudra/gpudra/pkg/compat"
@@ -178,6 +179,25 @@ func removeOtherDriversClasses(t *testing.T, oldDriver string) {
 		if strings.HasSuffix(c.Name, "."+domain) {
 			if err := client.ResourceV1().DeviceClasses().Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				t.Errorf("delete DeviceClass %s: %v", c.Name, err)
+			}
+		}
+	}
+	// kube-scheduler's extended-resource cache (k8s.io/dynamic-resource-
+	// allocation v0.37) drops the mapping of an extended resource when any
+	// class naming it is deleted, although the remaining class names it too:
+	// until that class changes, pods asking for nvidia.com/gpu fail with
+	// "Insufficient nvidia.com/gpu". Touching the remaining classes maps them
+	// again (the README's migration guide says so).
+	classes, err = client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("list DeviceClasses: %v", err)
+		return
+	}
+	patch := []byte(`{"metadata":{"annotations":{"gpudra.io/extended-resource-remapped":"` + time.Now().UTC().Format(time.RFC3339Nano) + `"}}}`)
+	for _, c := range classes.Items {
+		if c.Spec.ExtendedResourceName != nil {
+			if _, err := client.ResourceV1().DeviceClasses().Patch(ctx, c.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Errorf("touch DeviceClass %s: %v", c.Name, err)
 			}
 		}
 	}
