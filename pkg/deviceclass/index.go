@@ -34,30 +34,19 @@ func attribute(n compat.Names, d *resourceapi.Device, name string) (resourceapi.
 // slice of the driver n, each once: existing ones (static MIG) and the
 // placements of dynamic MIG alike.
 func sliceMIGProfiles(n compat.Names, s *resourceapi.ResourceSlice) []string {
-	if s.Spec.Driver != n.Driver {
-		return nil
-	}
-	var out []string
-	for i := range s.Spec.Devices {
-		d := &s.Spec.Devices[i]
-		typ, ok := attribute(n, d, "type")
-		if !ok || typ.StringValue == nil || *typ.StringValue != "mig" {
-			continue
-		}
-		p, ok := attribute(n, d, "profile")
-		if !ok || p.StringValue == nil || strings.TrimSpace(*p.StringValue) == "" {
-			continue
-		}
-		if !slices.Contains(out, *p.StringValue) {
-			out = append(out, *p.StringValue)
-		}
-	}
-	return out
+	return sliceValues(n, s, "mig", "profile")
 }
 
 // sliceProducts lists the productNames of the whole GPUs (type "gpu") in a
 // slice of the driver n, each once.
 func sliceProducts(n compat.Names, s *resourceapi.ResourceSlice) []string {
+	return sliceValues(n, s, "gpu", "productName")
+}
+
+// sliceValues lists the non-blank values of the string attribute attr of the
+// devices of type deviceType in a slice of the driver n, each once, in slice
+// order.
+func sliceValues(n compat.Names, s *resourceapi.ResourceSlice, deviceType, attr string) []string {
 	if s.Spec.Driver != n.Driver {
 		return nil
 	}
@@ -65,15 +54,15 @@ func sliceProducts(n compat.Names, s *resourceapi.ResourceSlice) []string {
 	for i := range s.Spec.Devices {
 		d := &s.Spec.Devices[i]
 		typ, ok := attribute(n, d, "type")
-		if !ok || typ.StringValue == nil || *typ.StringValue != "gpu" {
+		if !ok || typ.StringValue == nil || *typ.StringValue != deviceType {
 			continue
 		}
-		p, ok := attribute(n, d, "productName")
-		if !ok || p.StringValue == nil || strings.TrimSpace(*p.StringValue) == "" {
+		v, ok := attribute(n, d, attr)
+		if !ok || v.StringValue == nil || strings.TrimSpace(*v.StringValue) == "" {
 			continue
 		}
-		if !slices.Contains(out, *p.StringValue) {
-			out = append(out, *p.StringValue)
+		if !slices.Contains(out, *v.StringValue) {
+			out = append(out, *v.StringValue)
 		}
 	}
 	return out
