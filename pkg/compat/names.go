@@ -105,15 +105,6 @@ func (n Names) TaintKey(key string) string {
 	return key
 }
 
-// InternalTaintKey reverses TaintKey: a published key of the driver's
-// domain back to pkg/health's key.
-func (n Names) InternalTaintKey(key string) string {
-	if rest, ok := strings.CutPrefix(key, n.Driver+"/"); ok {
-		return nativeTaintDomain + rest
-	}
-	return key
-}
-
 // Attribute qualifies an attribute or capacity name with the driver's
 // domain, as CEL expressions and matchAttribute constraints name it.
 func (n Names) Attribute(name string) string { return n.Driver + "/" + name }

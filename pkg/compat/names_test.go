@@ -61,8 +61,5 @@ func TestTaintKeys(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: TaintKey(%q) = %q, want %q", tc.driver, tc.in, got, tc.want)
 		}
-		if back := n.InternalTaintKey(got); back != tc.in {
-			t.Errorf("%s: InternalTaintKey(%q) = %q, want %q", tc.driver, got, back, tc.in)
-		}
 	}
 }
