@@ -99,6 +99,9 @@ func Record(ctx context.Context, read Reader, o Options) (*History, error) {
 			return h, err
 		}
 		samples, parseErrs := ParseNodes(bodies)
+		if errs == nil {
+			errs = map[string]error{}
+		}
 		for node, err := range parseErrs {
 			errs[node] = err
 		}

@@ -90,6 +90,14 @@ func TestRecord(t *testing.T) {
 
 	_, err = Record(context.Background(), read, Options{Interval: 0, Duration: time.Second})
 	assert.ErrorContains(t, err, "interval must be positive")
+	// A reader that gives no error map, and a node whose metrics do not parse.
+	unparsable := func(context.Context) (map[string][]byte, map[string]error, error) {
+		return map[string][]byte{"n3": []byte("gpudra_gpu_utilization_ratio{")}, nil, nil
+	}
+	log.Reset()
+	_, err = Record(context.Background(), unparsable, Options{Interval: time.Millisecond, Duration: 0, Log: &log})
+	require.NoError(t, err)
+	assert.Contains(t, log.String(), "node n3 not read: parse the metrics of node n3")
 	failing := func(context.Context) (map[string][]byte, map[string]error, error) {
 		return nil, nil, errors.New("no API")
 	}
