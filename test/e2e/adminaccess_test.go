@@ -24,9 +24,6 @@ import (
 // and what its container sees — while the workloads keep theirs and keep
 // running. Cleanup destroys the instances and goes back to --mig=dynamic.
 func TestAdminAccessStaticMIG(t *testing.T) {
-	if !realRuntime {
-		t.Skip("needs the Helm installation to switch the plugin to --mig=static")
-	}
 	const node = "gpu-h100"
 	ctx := context.Background()
 	original := nodeDevices(t, node)

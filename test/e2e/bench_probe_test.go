@@ -42,7 +42,7 @@ type benchProbe struct {
 func newBenchProbe(b *testing.B, plugin *benchPlugin) *benchProbe {
 	p := &benchProbe{pids: map[string]int{"plugin": plugin.cmd.Process.Pid, "bench": os.Getpid()}, metrics: plugin.metricsURL}
 	for _, name := range []string{"kube-apiserver", "etcd"} {
-		raw, err := os.ReadFile(filepath.Join(clusterDir, "pids", name+".pid"))
+		raw, err := os.ReadFile(realCluster.PIDFile(name))
 		if err != nil {
 			b.Fatalf("pid of %s: %v", name, err)
 		}

@@ -27,9 +27,6 @@ import (
 // privileges; a pod's CDI spec names only paths of the node, every one of
 // which exists there (runc refuses others).
 func TestPluginRunsInTheChartShape(t *testing.T) {
-	if !realRuntime {
-		t.Skip("checks the chart's plugin pod on the containerd cluster; the fast cluster's host-process plugin is retired")
-	}
 	ns := namespace(t)
 	uid := podWithClaim(t, ns, "chart-shape")
 	for _, node := range []string{"gpu-h100", "gpu-mixed"} {

@@ -35,9 +35,6 @@ func nvidiaManifest(t *testing.T, name string) string {
 // slicing and MPS. The native chart is installed again at the end (later
 // tests run on it).
 func TestNVIDIACompatibility(t *testing.T) {
-	if !realRuntime || realCluster == nil {
-		t.Skip("needs the containerd local cluster (helm installs the chart)")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	t.Cleanup(func() {

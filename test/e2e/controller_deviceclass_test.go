@@ -16,10 +16,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// localWebhookConfig is the ValidatingWebhookConfiguration that
-// `cluster.sh start-controller` registers.
-const localWebhookConfig = "gpudra-local-controller"
-
 // classWithConfig is a DeviceClass selecting our GPUs with one opaque config.
 func classWithConfig(t *testing.T, name, configDriver, params string) *resourceapi.DeviceClass {
 	t.Helper()
@@ -38,24 +34,20 @@ func classWithConfig(t *testing.T, name, configDriver, params string) *resourcea
 // server-side dry run: DeviceClasses are cluster-scoped, and other test
 // processes share the cluster.
 func testDeviceClassWebhook(t *testing.T) {
-	name := localWebhookConfig
-	if realRuntime {
-		// The chart names it after the controller (its Deployment's name).
-		d, err := realCluster.ControllerDeployment(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		name = d.Name
+	// The chart names it after the controller (its Deployment's name).
+	d, err := realCluster.ControllerDeployment(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	cfg, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), name, metav1.GetOptions{})
+	cfg, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), d.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(cfg.Webhooks[0].Rules, func(r admissionv1.RuleWithOperations) bool {
 		return slices.Contains(r.Resources, "deviceclasses") && slices.Contains(r.Operations, admissionv1.Update)
 	}) {
-		t.Fatalf("%s has no rule for deviceclasses (CREATE, UPDATE): the chart (and test/cluster/lib/controller.sh) must register the rules of "+
-			"pkg/webhook/testdata/validatingwebhookconfiguration.yaml", name)
+		t.Fatalf("%s has no rule for deviceclasses (CREATE, UPDATE): the chart must register the rules of "+
+			"pkg/webhook/testdata/validatingwebhookconfiguration.yaml", d.Name)
 	}
 	ctx := context.Background()
 	create := func(c *resourceapi.DeviceClass) error {

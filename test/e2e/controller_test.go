@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -19,22 +18,13 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 )
 
-// On the containerd cluster the chart's controller runs all the time (its
-// webhook refuses the invalid claims of every namespace but kube-system).
-// On the fast cluster the gpu-controller runs as a host process started by
-// `cluster.sh start-controller` for this file's test only and is stopped
-// when it ends:
-// with it, the webhook would reject the invalid claim that
-// TestInvalidParametersBlockContainerCreation needs to reach the kubelet.
-// Its webhook is also limited to namespaces labelled webhookLabel, so test
-// runs of other processes on the shared cluster are never checked by it.
+// The chart's controller runs all the time; its webhook refuses the invalid
+// claims of every namespace but kube-system.
 const (
-	webhookLabel   = "gpudra.io/e2e-webhook"
 	managedByLabel = "app.kubernetes.io/managed-by"
 	managedBy      = "gpudra-controller"
 	modelLabel     = "gpudra.io/managed"
@@ -67,22 +57,15 @@ const (
 	goodParams = `{apiVersion: resource.gpudra.io/v1alpha1, kind: GpuClaimParameters, sharing: {strategy: TimeSlicing, timeSlicing: {interval: Short}}}`
 )
 
-// TestController tests the controller: on the containerd cluster the
-// chart's controller pod (its webhook reached by the API server through the
-// Service, the DeviceClasses it keeps as nodes come and go), on the fast
-// cluster a host process.
+// TestController tests the chart's controller pod: its webhook reached by
+// the API server through the Service, the DeviceClasses it keeps as nodes
+// come and go.
 func TestController(t *testing.T) {
 	lockControllerTests(t)
 	ns := namespace(t)
-	if realRuntime {
-		// First: a restart resets the metrics that the last subtest reads.
-		t.Run("stopped and started", func(t *testing.T) { testControllerStopStart(t, ns) })
-	}
-	metricsURL := startController(t)
-	patch := []byte(`{"metadata":{"labels":{"` + webhookLabel + `":"true"}}}`)
-	if _, err := client.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("label namespace %s for the webhook: %v", ns, err)
-	}
+	// First: a restart resets the metrics that the last subtest reads.
+	t.Run("stopped and started", func(t *testing.T) { testControllerStopStart(t, ns) })
+	metricsURL := controllerMetricsURL(t)
 	waitWebhookEffective(t, ns)
 
 	t.Run("webhook", func(t *testing.T) { testWebhook(t, ns) })
@@ -108,29 +91,14 @@ func lockControllerTests(t testing.TB) {
 	t.Cleanup(func() { _ = f.Close() })
 }
 
-// startController starts the controller (stopped again after the test) and
-// returns its /metrics URL, taken from what start-controller prints.
-func startController(t testing.TB) string {
+// controllerMetricsURL is the /metrics URL of the chart's controller pod.
+func controllerMetricsURL(t testing.TB) string {
 	t.Helper()
-	if realRuntime {
-		url, err := realCluster.ControllerMetricsURL(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return url
-	}
-	cmd := exec.Command(clusterSh, "start-controller")
-	cmd.Env = append(os.Environ(), "GPUDRA_CONTROLLER_WEBHOOK_NAMESPACE_LABEL="+webhookLabel)
-	out, err := cmd.CombinedOutput()
-	t.Cleanup(func() { clusterCmd(t, "stop-controller") })
+	url, err := realCluster.ControllerMetricsURL(context.Background())
 	if err != nil {
-		t.Fatalf("cluster.sh start-controller: %v\n%s", err, out)
+		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`metrics (http://\S+/metrics)`).FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("start-controller printed no metrics URL:\n%s", out)
-	}
-	return string(m[1])
+	return url
 }
 
 // waitWebhookEffective waits until a server-side dry run of a bad claim is

@@ -111,9 +111,6 @@ spec:
 // probe reads back, and without the XID taint. Clearing the fault (the GPU
 // reset) removes the taints.
 func TestFatalTaintAfterPluginRestart(t *testing.T) {
-	if !realRuntime {
-		t.Skip("restart-plugin on the containerd cluster deletes the plugin pod; this proof is for that cluster")
-	}
 	const node, gpu = "gpu-h100", "gpu-6"
 	for _, d := range sliceDeviceTaints(t, node) {
 		if d.Name == gpu && len(d.Taints) > 0 {

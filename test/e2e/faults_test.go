@@ -45,9 +45,6 @@ import (
 const faultNode = "gpu-h100"
 
 func TestFaults(t *testing.T) {
-	if !realRuntime {
-		t.Skip("the fault suite runs on the containerd cluster (make test-faults)")
-	}
 	ns := namespace(t)
 	oneGPUTemplate(t, ns)
 	pods := 48

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,28 +153,14 @@ func gpudraStatus(t *testing.T, node string) string {
 	return string(out)
 }
 
-// pluginMetricsURL reads the plugin's metrics port from the cluster's
-// settings: PLUGIN_METRICS_PORT + the node's slot.
+// pluginMetricsURL is the /metrics of the node's plugin pod.
 func pluginMetricsURL(t *testing.T, node string) string {
 	t.Helper()
-	if realRuntime {
-		return realPluginMetricsURL(t, node)
-	}
-	env, err := os.ReadFile(filepath.Join(clusterDir, "cluster.env"))
+	url, err := realCluster.PluginMetricsURL(context.Background(), node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^PLUGIN_METRICS_PORT=(\d+)$`).FindSubmatch(env)
-	if m == nil {
-		t.Fatal("cluster.env has no PLUGIN_METRICS_PORT")
-	}
-	slot, err := os.ReadFile(filepath.Join(nodeDir(node), "slot"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, _ := strconv.Atoi(string(m[1]))
-	s, _ := strconv.Atoi(strings.TrimSpace(string(slot)))
-	return fmt.Sprintf("http://127.0.0.1:%d/metrics", base+s)
+	return url
 }
 
 func scrape(t *testing.T, node string) string {

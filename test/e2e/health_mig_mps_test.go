@@ -86,7 +86,7 @@ func TestHealthWithDynamicMIGAndMPS(t *testing.T) {
 	if devs := migDevicesInNVML(t, migNode); devs[migUUID] != "1g.10gb" {
 		t.Fatalf("MIG device %s of the pod missing in NVML: %v", migUUID, devs)
 	}
-	if got := containerEnv(t, migNode, ns+"/mig-mps", "NVIDIA_VISIBLE_DEVICES"); got != migUUID {
+	if got := containerEnv(t, ns+"/mig-mps", "NVIDIA_VISIBLE_DEVICES"); got != migUUID {
 		t.Fatalf("the container sees NVIDIA_VISIBLE_DEVICES=%q, want its MIG device %s", got, migUUID)
 	}
 	t.Logf("pod runs on %s (parent %s, %s) with MPS daemon %d", device, parent, migUUID, rec.MPS.PID)

@@ -100,21 +100,17 @@ func pod(t *testing.T, ns, name string) *v1.Pod {
 }
 
 // seenGPU is one "GPU i: <product> (UUID: <uuid>)" line of a container log,
-// written by the fake runtime from what CDI injected.
+// written by gpudra-gpus (the workload image) from what CDI injected.
 type seenGPU struct{ Product, UUID string }
 
 var gpuLine = regexp.MustCompile(`^GPU \d+: (.+) \(UUID: (\S+)\)$`)
 
 func containerGPUs(t *testing.T, ns, podName, container string) []seenGPU {
 	t.Helper()
-	// The fake runtime ends its report with the CDI devices; a real
-	// container runs gpudra-gpus (the workload image), which prints UUID
-	// lines or an error naming itself.
-	done := func(out string) bool { return strings.Contains(out, "cdi-devices:") }
-	if realRuntime {
-		done = func(out string) bool {
-			return strings.Contains(out, "(UUID: ") || strings.Contains(out, "gpudra-gpus:")
-		}
+	// The container runs gpudra-gpus (the workload image), which prints
+	// UUID lines or an error naming itself.
+	done := func(out string) bool {
+		return strings.Contains(out, "(UUID: ") || strings.Contains(out, "gpudra-gpus:")
 	}
 	var out string
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -125,16 +121,7 @@ func containerGPUs(t *testing.T, ns, podName, container string) []seenGPU {
 	if err != nil {
 		t.Fatalf("logs of %s/%s[%s]: %v\n%s", ns, podName, container, err, out)
 	}
-	if realRuntime {
-		return realContainerGPUs(out)
-	}
-	var gpus []seenGPU
-	for _, line := range strings.Split(out, "\n") {
-		if m := gpuLine.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
-			gpus = append(gpus, seenGPU{Product: m[1], UUID: m[2]})
-		}
-	}
-	return gpus
+	return parseContainerGPUs(out)
 }
 
 // migLine is a MIG device line: "MIG 1g.10gb     Device  0: (UUID: MIG-...)"
@@ -142,10 +129,10 @@ func containerGPUs(t *testing.T, ns, podName, container string) []seenGPU {
 // when the container does not know the profile.
 var migLine = regexp.MustCompile(`^MIG (?:\S+ +)?Device +\d+: (?:.* )?\(UUID: (\S+)\)$`)
 
-// realContainerGPUs reads gpudra-gpus output: a GPU with MIG devices under
+// parseContainerGPUs reads gpudra-gpus output: a GPU with MIG devices under
 // it stands for those devices (what the claim was allocated), and a product
 // name the container cannot see is left empty.
-func realContainerGPUs(out string) []seenGPU {
+func parseContainerGPUs(out string) []seenGPU {
 	var gpus []seenGPU
 	parentHasMIG := false
 	for _, line := range strings.Split(out, "\n") {
@@ -272,7 +259,7 @@ func assertSeesAllocation(t *testing.T, ns, podName, container string) []device 
 		t.Fatalf("%s/%s[%s] sees %d GPUs %v, allocation has %d %v", ns, podName, container, len(got), got, len(want), want)
 	}
 	for i := range want {
-		productSeen := got[i].Product != "" || !realRuntime
+		productSeen := got[i].Product != ""
 		if got[i].UUID != want[i].uuid || (productSeen && got[i].Product != want[i].product) {
 			t.Fatalf("%s/%s[%s] sees %v, allocated %v", ns, podName, container, got[i], want[i])
 		}

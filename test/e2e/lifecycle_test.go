@@ -142,19 +142,20 @@ spec:
   resourceClaims:
   - {name: gpu, resourceClaimName: bad-params}
 `
-	if realRuntime {
-		// The chart installs the webhook, which refuses the claim at
-		// admission; the plugin's own check (an event, the container not
-		// created) runs on the fast cluster, which has no webhook.
-		out, err := kubectlApply(t, ns, manifest)
-		if err == nil || !strings.Contains(out, "denied the request") || !strings.Contains(out, "Sometimes") || !strings.Contains(out, "TimeSlicing") {
-			t.Fatalf("the chart's webhook should refuse the claim, naming the bad value and what is allowed: %v\n%s", err, out)
-		}
-		return
+	// The chart's webhook refuses the claim at admission.
+	out, err := kubectlApply(t, ns, manifest)
+	if err == nil || !strings.Contains(out, "denied the request") || !strings.Contains(out, "Sometimes") || !strings.Contains(out, "TimeSlicing") {
+		t.Fatalf("the chart's webhook should refuse the claim, naming the bad value and what is allowed: %v\n%s", err, out)
 	}
+	// With the controller down, failurePolicy Ignore admits it unchecked:
+	// the plugin's own check refuses it at prepare (an event, the container
+	// not created).
+	lockControllerTests(t)
+	t.Cleanup(func() { clusterCmd(t, "start-controller") })
+	clusterCmd(t, "stop-controller")
 	applyYAML(t, ns, manifest)
 	var msg string
-	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		evs, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=bad-params"})
 		if err != nil {
 			return false, nil

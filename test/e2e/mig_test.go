@@ -3,10 +3,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -21,7 +19,8 @@ import (
 	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
-// The local cluster runs every plugin with --mig=dynamic (GPUDRA_PLUGIN_MIG).
+// The local cluster installs the chart with kubeletPlugin.mig=dynamic
+// (localcluster.DefaultConfig): every plugin runs with --mig=dynamic.
 const migPod = `
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -95,39 +94,14 @@ func migDevicesInNVML(t *testing.T, node string) map[string]string {
 	return devs
 }
 
-// containerEnv reads an environment variable of a container from the fake
-// runtime's record of what CDI injected.
-func containerEnv(t *testing.T, node, podRef, key string) string {
+// containerEnv reads an environment variable of a pod's first container,
+// from inside it.
+func containerEnv(t *testing.T, podRef, key string) string {
 	t.Helper()
-	if realRuntime {
-		ns, name, _ := strings.Cut(podRef, "/")
-		p := pod(t, ns, name)
-		v, _ := realInjection(t, p, p.Spec.Containers[0].Name).Getenv(key)
-		return v
-	}
-	f, err := os.Open(filepath.Join(nodeDir(node), "containers.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	value := ""
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var inj struct {
-			Pod string   `json:"pod"`
-			Env []string `json:"env"`
-		}
-		if json.Unmarshal(sc.Bytes(), &inj) != nil || inj.Pod != podRef {
-			continue
-		}
-		for _, kv := range inj.Env {
-			if k, v, ok := strings.Cut(kv, "="); ok && k == key {
-				value = v
-			}
-		}
-	}
-	return value
+	ns, name, _ := strings.Cut(podRef, "/")
+	p := pod(t, ns, name)
+	v, _ := injection(t, p, p.Spec.Containers[0].Name).Getenv(key)
+	return v
 }
 
 // clusterMIGDevices are the MIG devices of both nodes of the local cluster.
@@ -182,7 +156,7 @@ func TestDynamicMIG(t *testing.T) {
 	if devs[migUUID] != "1g.10gb" || len(devs) != 1 {
 		t.Fatalf("while the pod runs, NVML must have exactly its 1g.10gb device %s: %v", migUUID, devs)
 	}
-	if got := containerEnv(t, migNode, ns+"/mig-pod", "NVIDIA_VISIBLE_DEVICES"); got != migUUID {
+	if got := containerEnv(t, ns+"/mig-pod", "NVIDIA_VISIBLE_DEVICES"); got != migUUID {
 		t.Fatalf("the container sees NVIDIA_VISIBLE_DEVICES=%q, want its MIG device %s", got, migUUID)
 	}
 

@@ -54,9 +54,6 @@ spec:
 // geometry, recovery did not see the 3g.40gb instance and failed the claim
 // ("MIG device ... is no longer published").
 func TestMIGProfilesChangedWithMIGClaimPrepared(t *testing.T) {
-	if !realRuntime {
-		t.Skip("the fast cluster has no Helm installation to upgrade")
-	}
 	if devs := clusterMIGDevices(t); len(devs) != 0 {
 		t.Fatalf("the cluster starts with MIG devices; another test left them: %v", devs)
 	}

@@ -38,9 +38,6 @@ const cellTimeout = 3 * time.Minute
 const notebookLabel = "gpudra.io/notebook"
 
 func TestNotebooks(t *testing.T) {
-	if !realRuntime {
-		t.Skip("the notebooks use the containerd cluster (gpudra-cluster, its layout); the fast cluster is retired")
-	}
 	paths, err := filepath.Glob(filepath.Join(repoRoot, "demo", "notebooks", "*.ipynb"))
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no notebooks in demo/notebooks (%v)", err)

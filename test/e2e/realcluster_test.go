@@ -10,12 +10,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/gpudra/gpudra/test/fakecri"
 	"github.com/gpudra/gpudra/test/localcluster"
 )
 
-// realClusterCmd is clusterCmd on the containerd cluster.
-func realClusterCmd(t testing.TB, args ...string) {
+func clusterCmd(t testing.TB, args ...string) {
 	t.Helper()
 	ctx := context.Background()
 	var err error
@@ -45,26 +43,50 @@ func realClusterCmd(t testing.TB, args ...string) {
 	case len(args) == 1 && args[0] == "start-controller":
 		err = realCluster.StartController(ctx)
 	default:
-		requireFakeRuntime(t, "cluster.sh "+args[0]+" has no counterpart on the containerd cluster")
+		t.Fatalf("the harness has no operation %q", strings.Join(args, " "))
 	}
 	if err != nil {
 		t.Fatalf("cluster %v: %v", args, err)
 	}
 }
 
-// realInjection reads what a running container of the containerd cluster
-// got, from inside it (kubectl exec): its environment and its mounts, whose
-// source is the host path (the mountinfo root of a bind mount from the
-// host's file system).
-func realInjection(t *testing.T, p *v1.Pod, container string) fakecri.Injection {
+// containerView is what a running container got, read from inside it.
+type containerView struct {
+	// Pod is "<namespace>/<name>".
+	Pod, PodUID, Container string
+	// Env is the process environment (KEY=VALUE).
+	Env    []string
+	Mounts []hostMount
+}
+
+// hostMount is a mount of the container: Source is the host path of a bind
+// mount from the host's file system.
+type hostMount struct{ Source, Destination string }
+
+// Getenv returns the value of an environment variable of the container
+// (the last one, as a process's getenv would).
+func (c containerView) Getenv(key string) (string, bool) {
+	value, found := "", false
+	for _, kv := range c.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			value, found = v, true
+		}
+	}
+	return value, found
+}
+
+// injection reads what a running container got, from inside it (kubectl
+// exec): its environment and its mounts, whose source is the host path (the
+// mountinfo root of a bind mount from the host's file system).
+func injection(t *testing.T, p *v1.Pod, container string) containerView {
 	t.Helper()
-	inj := fakecri.Injection{Pod: p.Namespace + "/" + p.Name, PodUID: string(p.UID), Container: container}
+	inj := containerView{Pod: p.Namespace + "/" + p.Name, PodUID: string(p.UID), Container: container}
 	env := mustKubectl(t, "-n", p.Namespace, "exec", p.Name, "-c", container, "--", "env")
 	inj.Env = strings.Split(strings.TrimSpace(env), "\n")
 	mi := mustKubectl(t, "-n", p.Namespace, "exec", p.Name, "-c", container, "--", "cat", "/proc/self/mountinfo")
 	for _, line := range strings.Split(mi, "\n") {
 		if f := strings.Fields(line); len(f) > 4 {
-			inj.Mounts = append(inj.Mounts, fakecri.Mount{Source: f[3], Destination: f[4]})
+			inj.Mounts = append(inj.Mounts, hostMount{Source: f[3], Destination: f[4]})
 		}
 	}
 	return inj
@@ -79,23 +101,10 @@ func mustKubectl(t testing.TB, args ...string) string {
 	return out
 }
 
-// realPluginMetricsURL is the /metrics of the node's plugin pod.
-func realPluginMetricsURL(t *testing.T, node string) string {
-	t.Helper()
-	url, err := realCluster.PluginMetricsURL(context.Background(), node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return url
-}
-
 // nodePath turns a host path under a node's directories into the path the
 // node's processes see (the plugin's pod mounts the node's paths); other
-// paths, and every path on the fast cluster, are returned as they are.
+// paths are returned as they are.
 func nodePath(hostPath string) string {
-	if !realRuntime {
-		return hostPath
-	}
 	for _, n := range realCluster.Config().Nodes {
 		root := realCluster.Node(n.Name).HostPath("/")
 		if rest, ok := strings.CutPrefix(hostPath, root); ok {

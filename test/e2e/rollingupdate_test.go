@@ -20,9 +20,6 @@ import (
 // plugin starts one again and tells the clients with an event — and a new
 // pod joining the claim is prepared by the new plugin.
 func TestMPSAcrossHelmUpgrade(t *testing.T) {
-	if !realRuntime {
-		t.Skip("the fast cluster has no Helm installation to upgrade")
-	}
 	ns := namespace(t)
 	applySpec(t, ns, spec("11-mps.yaml"))
 	waitRunning(t, ns, "mps-a", "mps-b")

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpudra/gpudra/pkg/checkpoint"
-	"github.com/gpudra/gpudra/test/fakecri"
 	"github.com/gpudra/gpudra/test/fakegpu"
 )
 
@@ -48,26 +47,7 @@ func waitTimeSlice(t *testing.T, node, uuid, want string) {
 	}
 }
 
-// injection returns what the fake runtime injected into a pod's container.
-func injection(t *testing.T, p *v1.Pod, container string) fakecri.Injection {
-	t.Helper()
-	if realRuntime {
-		return realInjection(t, p, container)
-	}
-	all, err := fakecri.ReadStateFile(filepath.Join(nodeDir(p.Spec.NodeName), "containers.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := len(all) - 1; i >= 0; i-- {
-		if all[i].PodUID == string(p.UID) && all[i].Container == container {
-			return all[i]
-		}
-	}
-	t.Fatalf("no container %s of pod %s/%s in the runtime's state", container, p.Namespace, p.Name)
-	return fakecri.Injection{}
-}
-
-func getenv(t *testing.T, inj fakecri.Injection, key string) string {
+func getenv(t *testing.T, inj containerView, key string) string {
 	t.Helper()
 	v, ok := inj.Getenv(key)
 	if !ok {
@@ -129,7 +109,7 @@ func TestMPSPodsSeeDaemonAndLimits(t *testing.T) {
 				t.Errorf("%s: %s=%q, want %q", name, key, got, want)
 			}
 		}
-		if !slices.ContainsFunc(inj.Mounts, func(m fakecri.Mount) bool {
+		if !slices.ContainsFunc(inj.Mounts, func(m hostMount) bool {
 			return m.Destination == "/tmp/nvidia-mps" && m.Source == filepath.Join(daemonDir, "pipe")
 		}) {
 			t.Errorf("%s: no mount of the daemon's pipe directory %s; mounts: %+v", name, filepath.Join(daemonDir, "pipe"), inj.Mounts)

@@ -6,9 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -85,41 +83,21 @@ func median(d []time.Duration) float64 {
 	return float64(s[len(s)/2].Microseconds()) / 1000
 }
 
-// BenchmarkControllerMemory starts the gpu-controller as the local cluster
-// runs it (cluster.sh start-controller), reads its resident memory once it
-// is idle, then has its webhook check 200 claims with GpuClaimParameters
+// BenchmarkControllerMemory reads the gpu-controller's resident memory once
+// it is idle, then has its webhook check 200 claims with GpuClaimParameters
 // and reads its peak resident memory.
 //
 //	go test -tags e2e -run '^$' -bench ControllerMemory -benchtime 1x ./test/e2e
 //
-// On the containerd cluster it measures the chart's controller pod (one
-// replica, webhook for every namespace but kube-system), which has run since
-// the driver was installed; on the fast cluster a controller process it
-// starts.
+// It measures the chart's controller pod (one replica, webhook for every
+// namespace but kube-system), which has run since the driver was installed.
 func BenchmarkControllerMemory(b *testing.B) {
-	var pid int
 	ns := benchNamespace(b)
-	if realRuntime {
-		pids, err := realCluster.ControllerPIDs()
-		if err != nil || len(pids) != 1 {
-			b.Fatalf("gpu-controller processes of the chart's pod: %v (%v), want one", pids, err)
-		}
-		pid = pids[0]
-	} else {
-		lockControllerTests(b)
-		startController(b)
-		patch := []byte(`{"metadata":{"labels":{"` + webhookLabel + `":"true"}}}`)
-		if _, err := client.CoreV1().Namespaces().Patch(context.Background(), ns, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		raw, err := os.ReadFile(filepath.Join(clusterDir, "pids", "gpu-controller.pid"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := fmt.Sscan(strings.TrimSpace(string(raw)), &pid); err != nil {
-			b.Fatal(err)
-		}
+	pids, err := realCluster.ControllerPIDs()
+	if err != nil || len(pids) != 1 {
+		b.Fatalf("gpu-controller processes of the chart's pod: %v (%v), want one", pids, err)
 	}
+	pid := pids[0]
 	waitWebhookEffective(b, ns)
 	time.Sleep(5 * time.Second)
 	idle := procMiB(b, pid, "VmRSS")

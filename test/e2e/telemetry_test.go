@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -15,18 +14,14 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // TestGPUTelemetry: the plugin's /metrics carries the GPU of a running pod
 // with the pod's claim and pod labels and a load (the running container is
-// a process of the simulated GPU: recorded by the fake root's CDI hook under
-// containerd, by the fake runtime on the fast cluster); `gpudra status`
-// shows its use (through the API server's pod proxy, or from the fast
-// cluster's host-process plugin); once the pod is deleted the GPU's series
-// has empty labels and no load.
+// a process of the simulated GPU, recorded by the fake root's CDI hook);
+// `gpudra status` shows its use (through the API server's pod proxy); once
+// the pod is deleted the GPU's series has empty labels and no load.
 func TestGPUTelemetry(t *testing.T) {
 	ns := namespace(t)
 	applyYAML(t, ns, `
@@ -58,14 +53,13 @@ spec:
 `)
 	waitRunning(t, ns, "trainer")
 	dev := assertSeesAllocation(t, ns, "trainer", "cuda")[0]
-	// The simulated GPUs show load while a container that got them runs: on
-	// containerd the fake root's nvidia-cdi-hook records it for as long as
-	// the container's PID namespace lives (test/fakedriver/hook.go), on the
-	// fast cluster the fake runtime does.
+	// The simulated GPUs show load while a container that got them runs: the
+	// fake root's nvidia-cdi-hook records it for as long as the container's
+	// PID namespace lives (test/fakedriver/hook.go).
 	held := regexp.MustCompile(`(?m)^gpudra_gpu_utilization_ratio\{([^}]*)\} (\S+)$`)
 	series := func() map[string]float64 { // the device's series: labels -> value
 		out := map[string]float64{}
-		for _, m := range held.FindAllStringSubmatch(scrapeURL(t, metricsURL(t, dev.node)), -1) {
+		for _, m := range held.FindAllStringSubmatch(scrapeURL(t, pluginMetricsURL(t, dev.node)), -1) {
 			if strings.Contains(m[1], `device="`+dev.name+`"`) {
 				v, _ := strconv.ParseFloat(m[2], 64)
 				out[m[1]] = v
@@ -95,11 +89,7 @@ spec:
 		return false
 	})
 
-	args := []string{"status", "--kubeconfig", kubeconfig, "--node", dev.node}
-	if !realRuntime { // the plugin runs outside a pod
-		args = append(args, "--metrics-url", dev.node+"="+pluginMetricsURL(t, dev.node))
-	}
-	out, err := exec.Command(filepath.Join(repoRoot, "_output", "bin", "gpudra"), args...).CombinedOutput()
+	out, err := exec.Command(filepath.Join(repoRoot, "_output", "bin", "gpudra"), "status", "--kubeconfig", kubeconfig, "--node", dev.node).CombinedOutput()
 	if err != nil {
 		t.Fatalf("gpudra status: %v\n%s", err, out)
 	}
@@ -117,30 +107,6 @@ spec:
 		}
 		return false
 	})
-}
-
-// metricsURL is the /metrics URL of a node's plugin: its pod's IP and
-// metrics port on the containerd cluster (the host routes to pod IPs), its
-// host port on the fast cluster.
-func metricsURL(t *testing.T, node string) string {
-	t.Helper()
-	if !realRuntime {
-		return pluginMetricsURL(t, node)
-	}
-	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/component=kubelet-plugin", FieldSelector: "spec.nodeName=" + node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
-		for _, port := range p.Spec.Containers[0].Ports {
-			if port.Name == "metrics" && p.Status.PodIP != "" && p.Status.Phase == v1.PodRunning {
-				return fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, port.ContainerPort)
-			}
-		}
-	}
-	t.Fatalf("no running plugin pod with a metrics port on %s", node)
-	return ""
 }
 
 func scrapeURL(t *testing.T, url string) string {
