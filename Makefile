@@ -18,7 +18,7 @@ PKGS := ./...
 BENCH_PKGS := ./pkg/...
 
 
-.PHONY: all bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd controller-up demo e2e e2e-fast fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
+.PHONY: all bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo e2e fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
 
 all: build
 
@@ -59,11 +59,6 @@ E2E_DEPS := build k8s-binaries containerd images $(HELM)
 e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-installed driver (E2E_KEEP_CLUSTER=1 keeps it)
 	$(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/
 
-# The whole suite again on the fake-runtime cluster (test/cluster/cluster.sh: plugin as a host process,
-# fake CRI), which also runs the tests that need it: host-process controller, node add/remove, apiserver stop.
-e2e-fast: build k8s-binaries $(HELM) ## The e2e suite on the fake-runtime cluster (E2E_RUNTIME=fake)
-	E2E_RUNTIME=fake $(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/
-
 bench-cluster: $(E2E_DEPS) ## Pod create->Running with and without a GPU claim on the local cluster
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -tags e2e -run '^$$' -bench PodCreateToRunning -benchtime $${N:-50}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/cluster.txt
@@ -86,7 +81,7 @@ bench-report: $(E2E_DEPS) ## All benchmarks on the local cluster -> _output/benc
 demo: build k8s-binaries containerd images $(HELM) ## The README's first command
 	./demo/run.sh
 
-notebooks: build k8s-binaries $(HELM) ## Run demo/notebooks/*.ipynb on the local cluster and save their outputs
+notebooks: $(E2E_DEPS) ## Run demo/notebooks/*.ipynb on the local cluster and save their outputs
 	NOTEBOOKS_UPDATE=1 $(GO) test -tags e2e -count=1 -timeout 20m -run '^TestNotebook' -v ./test/e2e/
 
 fuzz: ## Run every fuzz target briefly (FUZZTIME=10s by default)
@@ -144,10 +139,6 @@ kubeconfig: ## Print the local cluster's admin kubeconfig path (use: make -s kub
 
 containerd: ## containerd, its runc shim and ctr for the local cluster's nodes (pinned in hack/containerd, cached in _output/bin)
 	./hack/build-containerd.sh
-
-controller-up: build $(HELM) ## The fast (fake-runtime) cluster plus gpu-controller as a host process (webhook :30443, /metrics :30880)
-	test/cluster/cluster.sh up
-	test/cluster/cluster.sh start-controller
 
 clean:
 	rm -rf $(OUTPUT)

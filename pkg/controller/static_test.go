@@ -19,9 +19,8 @@ import (
 	"github.com/gpudra/gpudra/pkg/deviceclass"
 )
 
-// TestStaticClassIsAdopted applies deployments/static the way the local
-// cluster does, then runs the DeviceClass controller with the flags
-// test/cluster/cluster.sh start-controller passes: the controller must adopt
+// TestStaticClassIsAdopted applies deployments/static (the chart's choice
+// without a controller), then runs the DeviceClass controller: it must adopt
 // the class as it is (no update, no NameConflict event), so a cluster that
 // starts with the static class and gets the controller later keeps one
 // consistent gpu.gpudra.io class.

@@ -39,8 +39,8 @@ func TestTelemetryOptions(t *testing.T) {
 
 // TestTelemetryFollowsClaims runs the plugin on a simulated DGX H100 with
 // telemetry every second: a prepared claim's GPU carries its claim and pod
-// labels, and a load once a process (what the fake runtime writes for a
-// running container) uses it; after the unprepare the labels are empty.
+// labels, and a load once a process (what the fake root's CDI hook records
+// for a running container) uses it; after the unprepare the labels are empty.
 func TestTelemetryFollowsClaims(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancelCause(ctx)

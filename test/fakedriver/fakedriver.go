@@ -27,7 +27,7 @@ const (
 	StateFile   = StateDir + "/nvml-state.json"
 	FaultFile   = StateDir + "/" + fakegpu.FaultFileName
 	// ProcessDir holds the simulated compute processes (sim.Process): the
-	// fake runtime writes one per running container with GPUs.
+	// fake root's nvidia-cdi-hook writes one per container with GPUs.
 	ProcessDir = StateDir + "/processes"
 	LibDir     = "usr/lib/x86_64-linux-gnu"
 	BinDir     = "usr/bin"

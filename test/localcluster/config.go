@@ -76,8 +76,8 @@ type Config struct {
 	StopTimeout time.Duration `json:"stopTimeout"`
 }
 
-// DefaultConfig is a two-node cluster like the fast (fake runtime) one, on
-// ports of its own so that both can run on one host.
+// DefaultConfig is the two-node cluster of make cluster-up and the e2e
+// suite: gpu-h100 (a DGX H100) and gpu-mixed (two L4s, two A100s).
 func DefaultConfig(repoRoot string) Config {
 	out := filepath.Join(repoRoot, "_output")
 	return Config{

@@ -22,8 +22,8 @@ import (
 // process holds a flock on that file: the fake driver root's nvidia-cdi-hook
 // (test/fakedriver) leaves a helper holding it inside each container with
 // GPUs, so the record dies with the container (a dead record is removed when
-// it is read). The fake CRI (test/fakecri) writes records without lock files
-// and removes them when the container stops. A GPU or MIG device is busy
+// it is read). A record without a lock file lives until its file is removed
+// (the unit tests write such records). A GPU or MIG device is busy
 // while a live process names it, and idle otherwise; the load itself follows
 // a deterministic curve (telemetry.go).
 
