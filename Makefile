@@ -56,8 +56,10 @@ k8s-binaries: ## etcd + Kubernetes binaries for the local cluster (cached in _ou
 	./hack/build-k8s.sh
 
 E2E_DEPS := build k8s-binaries containerd images $(HELM)
+# The suite's output, then each failed test's output again: CI shows only the tail.
+FAILED_TESTS = $(GO) run ./test/cmd/gpudra-failed-tests
 e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-installed driver (E2E_KEEP_CLUSTER=1 keeps it)
-	$(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/
+	set -o pipefail; $(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/ 2>&1 | $(FAILED_TESTS)
 
 bench-cluster: $(E2E_DEPS) ## Pod create->Running with and without a GPU claim on the local cluster
 	@mkdir -p $(OUTPUT)/bench
@@ -73,7 +75,7 @@ bench-drasock: $(E2E_DEPS) ## NodePrepare/NodeUnprepare over a plugin's dra.sock
 	$(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
 
 test-faults: $(E2E_DEPS) images-failpoints ## Fault injection on the containerd cluster: the plugin pod killed at each failpoint under pod churn, kill -9 in a rollback past the kubelet's deadline, corrupt checkpoint, API outage, rolling update
-	$(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/
+	set -o pipefail; $(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/ 2>&1 | $(FAILED_TESTS)
 
 bench-report: $(E2E_DEPS) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
 	test/bench/run.sh
