@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -262,28 +261,4 @@ func webhookRejects(ctx context.Context, cs kubernetes.Interface, names compat.N
 		}
 	}
 	return fmt.Errorf("unexpected answer: %w", err)
-}
-
-// describeDriver summarizes the driver's pods for a failed wait.
-func (c *Cluster) describeDriver(ctx context.Context, cs kubernetes.Interface) string {
-	pods, err := cs.CoreV1().Pods(c.cfg.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return "cannot list the driver's pods: " + err.Error()
-	}
-	var b strings.Builder
-	for _, p := range pods.Items {
-		fmt.Fprintf(&b, "pod %s on %s: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
-		for _, st := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
-			switch {
-			case st.State.Waiting != nil:
-				fmt.Fprintf(&b, " [%s waiting: %s %s]", st.Name, st.State.Waiting.Reason, st.State.Waiting.Message)
-			case st.State.Terminated != nil:
-				fmt.Fprintf(&b, " [%s terminated: %s exit %d]", st.Name, st.State.Terminated.Reason, st.State.Terminated.ExitCode)
-			default:
-				fmt.Fprintf(&b, " [%s ready=%v restarts=%d]", st.Name, st.Ready, st.RestartCount)
-			}
-		}
-		b.WriteString("\n")
-	}
-	return b.String()
 }
