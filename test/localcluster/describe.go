@@ -63,12 +63,6 @@ func describePod(ctx context.Context, cs kubernetes.Interface, b *strings.Builde
 	if p.DeletionTimestamp != nil {
 		b.WriteString(" (terminating)")
 	}
-	ready := false
-	for _, cond := range p.Status.Conditions {
-		if cond.Type == corev1.PodReady {
-			ready = cond.Status == corev1.ConditionTrue
-		}
-	}
 	for _, st := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 		switch {
 		case st.State.Waiting != nil:
@@ -80,7 +74,7 @@ func describePod(ctx context.Context, cs kubernetes.Interface, b *strings.Builde
 		}
 	}
 	b.WriteString("\n")
-	if ready || p.Status.Phase != corev1.PodRunning {
+	if podReady(p) || p.Status.Phase != corev1.PodRunning {
 		return
 	}
 	for _, ctr := range p.Spec.Containers {

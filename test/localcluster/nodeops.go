@@ -160,13 +160,21 @@ func (c *Cluster) waitPluginReady(ctx context.Context, node string, notUID types
 		if p.UID == notUID {
 			return fmt.Errorf("old pod %s still there", p.Name)
 		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				return nil
-			}
+		if !podReady(p) {
+			return fmt.Errorf("pod %s not Ready", p.Name)
 		}
-		return fmt.Errorf("pod %s not Ready", p.Name)
+		return nil
 	})
+}
+
+// podReady tells whether the pod's Ready condition is true.
+func podReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // AddNode joins one more simulated GPU node to the running cluster: its

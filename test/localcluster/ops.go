@@ -53,22 +53,7 @@ func (c *Cluster) RestartPlugin(ctx context.Context, node string) error {
 	if err := cs.CoreV1().Pods(old.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("delete plugin pod %s: %w", old.Name, err)
 	}
-	err = c.waitFor(ctx, "a new Ready plugin pod on "+node, []string{kubeletName(node)}, func(ctx context.Context) error {
-		p, err := c.PluginPod(ctx, node)
-		if err != nil {
-			return err
-		}
-		if p.UID == old.UID {
-			return fmt.Errorf("old pod %s still there", p.Name)
-		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				return nil
-			}
-		}
-		return fmt.Errorf("pod %s not Ready", p.Name)
-	})
-	if err != nil {
+	if err := c.waitPluginReady(ctx, node, old.UID); err != nil {
 		return err
 	}
 	c.logf("plugin on %s restarted (pod %s deleted)", node, old.Name)

@@ -18,11 +18,14 @@ func copyAndSummarize(r io.Reader, w io.Writer, limit int) error {
 	bw := bufio.NewWriter(w)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	type failure struct {
+		name  string
+		lines []string
+	}
 	var (
 		current string
 		lines   []string
-		failed  []string
-		blocks  = map[string][]string{}
+		failed  []failure
 	)
 	for sc.Scan() {
 		line := sc.Text()
@@ -41,8 +44,7 @@ func copyAndSummarize(r io.Reader, w io.Writer, limit int) error {
 				continue
 			}
 			if verdict == "--- FAIL: " {
-				failed = append(failed, name)
-				blocks[name] = lines
+				failed = append(failed, failure{name, lines})
 			}
 			current, lines = "", nil
 		}
@@ -54,16 +56,19 @@ func copyAndSummarize(r io.Reader, w io.Writer, limit int) error {
 		return fmt.Errorf("read the test output: %w", err)
 	}
 	if current != "" { // a test that never ended: a panic or the -timeout
-		failed = append(failed, current)
-		blocks[current] = lines
+		failed = append(failed, failure{current, lines})
 	}
 	var sum strings.Builder
 	if len(failed) > 0 {
-		fmt.Fprintf(&sum, "\n==== %d failed test(s): %s; their output again ====\n", len(failed), strings.Join(failed, ", "))
+		names := make([]string, len(failed))
+		for i, f := range failed {
+			names[i] = f.name
+		}
+		fmt.Fprintf(&sum, "\n==== %d failed test(s): %s; their output again ====\n", len(failed), strings.Join(names, ", "))
 	}
-	for _, name := range failed {
-		b := blocks[name]
-		fmt.Fprintf(&sum, "\n==== %s (%d lines", name, len(b))
+	for _, f := range failed {
+		b := f.lines
+		fmt.Fprintf(&sum, "\n==== %s (%d lines", f.name, len(b))
 		if len(b) > limit {
 			fmt.Fprintf(&sum, ", the last %d", limit)
 			b = b[len(b)-limit:]
