@@ -165,7 +165,10 @@ func waitDeployment(t *testing.T, ns, selector string, n int) []v1.Pod {
 	})
 	if err != nil {
 		out, _ := kubectl("-n", ns, "get", "pods", "-o", "wide")
-		t.Fatalf("want %d Running pods for %s, got %d\n%s", n, selector, len(pods), out)
+		// Why a pod is not Running: the scheduler's and kubelet's events, the claims' state.
+		events, _ := kubectl("-n", ns, "get", "events", "--sort-by=.lastTimestamp")
+		claims, _ := kubectl("-n", ns, "get", "resourceclaims", "-o", "wide")
+		t.Fatalf("want %d Running pods for %s, got %d\n%s\n%s\n%s", n, selector, len(pods), out, events, claims)
 	}
 	return pods
 }
