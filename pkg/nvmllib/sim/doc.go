@@ -91,7 +91,7 @@
 //
 // Server.PersistTo keeps the MIG state (MIG mode, GPU and compute
 // instances, MIG UUIDs) in a file, so that a restarted process finds the MIG
-// devices a real GPU would still have; RestoreFrom reads it without writing.
+// devices a real GPU would still have.
 //
 // # NVLink
 //

@@ -86,14 +86,6 @@ func (s *Server) PersistTo(path string) error {
 	}
 }
 
-// RestoreFrom takes the MIG state from path without ever writing it: a
-// read-only view of another process's simulated GPUs.
-func (s *Server) RestoreFrom(path string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.loadLocked(path)
-}
-
 func (s *Server) loadLocked(path string) error {
 	st, err := ReadState(path)
 	if err != nil {
