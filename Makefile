@@ -15,7 +15,7 @@ HELM_K8S_MINOR ?= 37
 HELM := $(OUTPUT)/tools/helm
 CHART := deployments/helm/gpudra
 PKGS := ./...
-BENCH_PKGS := ./pkg/...
+BENCH_PKGS := ./internal/...
 
 
 .PHONY: all bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo e2e fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
@@ -50,7 +50,7 @@ test: unit e2e ## The README's test command: vet, unit tests (race detector), th
 
 unit: vet ## Unit tests with the race detector (go vet first)
 	$(GO) test -race -count=1 $(PKGS)
-	$(GO) test -race -count=1 -tags failpoints ./pkg/failpoint/ ./pkg/prepare/
+	$(GO) test -race -count=1 -tags failpoints ./internal/plugin/failpoint/ ./internal/plugin/prepare/
 
 k8s-binaries: ## etcd + Kubernetes binaries for the local cluster (cached in _output/bin)
 	./hack/build-k8s.sh
@@ -67,7 +67,7 @@ bench-cluster: $(E2E_DEPS) ## Pod create->Running with and without a GPU claim o
 
 bench-scale: $(E2E_DEPS) ## Scheduler allocation over 120 simulated GPU nodes, 800 claims (in-process; then the containerd cluster's scheduler, 120 Node objects with slices; SCALE_SHAPES=. adds dynamic MIG)
 	@mkdir -p $(OUTPUT)/bench
-	$(GO) test -run '^$$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice/ | tee $(OUTPUT)/bench/scale.txt
+	$(GO) test -run '^$$' -bench SchedulerAllocation -benchtime 1x ./internal/plugin/slice/ | tee $(OUTPUT)/bench/scale.txt
 	$(GO) test -tags e2e -run '^$$' -bench "SchedulerScale/$${SCALE_SHAPES:-whole-gpus}" -benchtime 1x -timeout 40m ./test/e2e/ | tee -a $(OUTPUT)/bench/scale.txt
 
 bench-drasock: $(E2E_DEPS) ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API (a plugin process of its own against the containerd cluster's control plane)
@@ -87,7 +87,7 @@ notebooks: $(E2E_DEPS) ## Run demo/notebooks/*.ipynb on the local cluster and sa
 	NOTEBOOKS_UPDATE=1 $(GO) test -tags e2e -count=1 -timeout 20m -run '^TestNotebook' -v ./test/e2e/
 
 fuzz: ## Run every fuzz target briefly (FUZZTIME=10s by default)
-	@for t in "FuzzDecode ./api/v1alpha1" "FuzzDecode ./pkg/checkpoint"; do \
+	@for t in "FuzzDecode ./api/v1alpha1" "FuzzDecode ./internal/plugin/checkpoint"; do \
 	  set -- $$t; echo "== $$1 $$2"; $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-10s} $$2 || exit 1; done
 
 vet: ## go vet of every package, with every build tag (once: lint and test share it)
@@ -184,7 +184,7 @@ images: busybox-static ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev)
 	$(GO) run ./test/cmd/gpudra-images build --out $(IMAGES_DIR) --bin-dir $(IMAGE_BIN) --busybox-root $(BUSYBOX_ROOT)
 
 # The fault suite's image: ghcr.io/gpudra/gpudra:failpoints, the gpudra image
-# with gpu-kubelet-plugin built with -tags failpoints (pkg/failpoint). It goes
+# with gpu-kubelet-plugin built with -tags failpoints (internal/plugin/failpoint). It goes
 # to its own directory, so the cluster imports it only when the fault suite
 # asks (gpudra-images refuses it as the shipped image and vice versa).
 FAILPOINTS_DIR := $(IMAGES_DIR)/failpoints

@@ -7,11 +7,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpudra/gpudra/pkg/cli"
-	"github.com/gpudra/gpudra/pkg/controller"
+	"github.com/gpudra/gpudra/internal/controller"
+	"github.com/gpudra/gpudra/internal/shared/cmdmain"
 )
 
-func main() { cli.Main(newCommand()) }
+func main() { cmdmain.Main(newCommand()) }
 
 func newCommand() *cobra.Command {
 	opts := &controller.Options{}
@@ -23,5 +23,5 @@ func newCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 	}
 	opts.AddFlags(cmd.Flags())
-	return cli.Command(cmd, opts.Validate, func(ctx context.Context) error { return controller.Run(ctx, opts) })
+	return cmdmain.Command(cmd, opts.Validate, func(ctx context.Context) error { return controller.Run(ctx, opts) })
 }

@@ -6,11 +6,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpudra/gpudra/pkg/cli"
-	"github.com/gpudra/gpudra/pkg/plugin"
+	"github.com/gpudra/gpudra/internal/plugin"
+	"github.com/gpudra/gpudra/internal/shared/cmdmain"
 )
 
-func main() { cli.Main(newCommand()) }
+func main() { cmdmain.Main(newCommand()) }
 
 func newCommand() *cobra.Command {
 	opts := &plugin.Options{}
@@ -21,7 +21,7 @@ func newCommand() *cobra.Command {
 	}
 	opts.AddFlags(cmd.Flags())
 	cmd.AddCommand(newInspectCommand())
-	return cli.Command(cmd, opts.Validate, func(ctx context.Context) error { return plugin.Run(ctx, opts) })
+	return cmdmain.Command(cmd, opts.Validate, func(ctx context.Context) error { return plugin.Run(ctx, opts) })
 }
 
 func newInspectCommand() *cobra.Command {

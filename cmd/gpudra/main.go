@@ -10,13 +10,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
-	"github.com/gpudra/gpudra/pkg/cli"
-	"github.com/gpudra/gpudra/pkg/compat"
-	"github.com/gpudra/gpudra/pkg/status"
-	"github.com/gpudra/gpudra/pkg/usage"
+	"github.com/gpudra/gpudra/internal/cli/status"
+	"github.com/gpudra/gpudra/internal/cli/usage"
+	"github.com/gpudra/gpudra/internal/shared/cmdmain"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
-func main() { cli.Main(newCommand()) }
+func main() { cmdmain.Main(newCommand()) }
 
 func newCommand() *cobra.Command {
 	var kubeconfig, context string

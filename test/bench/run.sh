@@ -34,16 +34,16 @@ e2e() { # name pattern benchtime
 	go test -tags e2e -run '^$' -bench "$2" -benchtime "$3" -timeout 30m ./test/e2e/ | tee "$out/$1.txt"
 }
 if [[ $only == *" unit "* ]]; then
-	echo "== unit: go test -run '^\$' -bench . -benchtime 2000x ./pkg/prepare/"
-	go test -run '^$' -bench . -benchtime 2000x ./pkg/prepare/ | tee "$out/unit.txt"
+	echo "== unit: go test -run '^\$' -bench . -benchtime 2000x ./internal/plugin/prepare/"
+	go test -run '^$' -bench . -benchtime 2000x ./internal/plugin/prepare/ | tee "$out/unit.txt"
 fi
 e2e drasock 'DRASock' "${N_DRASOCK:-200}x"
 e2e startup 'PluginStartup' "${N_START:-5}x"
 e2e controller 'ControllerMemory' 1x
 e2e pods 'PodCreateToRunning' "${N_PODS:-50}x"
 if [[ $only == *" scale "* ]]; then
-	echo "== scale-inproc: go test -run '^\$' -bench SchedulerAllocation -benchtime 1x ./pkg/slice/"
-	SCALE_CLAIMS=${SCALE_CLAIMS:-} go test -run '^$' -bench SchedulerAllocation -benchtime 1x -timeout 30m ./pkg/slice/ | tee "$out/scale-inproc.txt"
+	echo "== scale-inproc: go test -run '^\$' -bench SchedulerAllocation -benchtime 1x ./internal/plugin/slice/"
+	SCALE_CLAIMS=${SCALE_CLAIMS:-} go test -run '^$' -bench SchedulerAllocation -benchtime 1x -timeout 30m ./internal/plugin/slice/ | tee "$out/scale-inproc.txt"
 fi
 # The dynamic-MIG shape costs the scheduler ~30 ms per node filter: through
 # the cluster, 800 claims take tens of minutes, so it runs only on request.

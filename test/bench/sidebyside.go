@@ -175,7 +175,7 @@ func writeBreakdown(b *strings.Builder, res Results) {
 }
 
 // phaseOrder is the order of a call's steps (the plugin's phase names,
-// pkg/prepare); phases not listed follow, sorted.
+// internal/plugin/prepare); phases not listed follow, sorted.
 var phaseOrder = []string{"claim-read", "served-NodePrepareResources",
 	"prepare-plan", "prepare-lock_claim", "prepare-lock_devices", "prepare-checkpoint_read", "prepare-conflict_check",
 	"prepare-record_started", "prepare-holders", "prepare-mig", "prepare-sharing", "prepare-cdi", "prepare-record_completed",

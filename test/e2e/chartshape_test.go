@@ -15,7 +15,7 @@ import (
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpudra/gpudra/pkg/cdi"
+	"github.com/gpudra/gpudra/internal/plugin/cdi"
 	"github.com/gpudra/gpudra/test/localcluster"
 )
 

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/gpudra/gpudra/pkg/compat"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
 // nvidiaManifest reads one of the NVIDIA-format manifests of testdata/nvidia.

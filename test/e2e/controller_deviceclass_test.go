@@ -47,7 +47,7 @@ func testDeviceClassWebhook(t *testing.T) {
 		return slices.Contains(r.Resources, "deviceclasses") && slices.Contains(r.Operations, admissionv1.Update)
 	}) {
 		t.Fatalf("%s has no rule for deviceclasses (CREATE, UPDATE): the chart must register the rules of "+
-			"pkg/webhook/testdata/validatingwebhookconfiguration.yaml", d.Name)
+			"internal/controller/webhook/testdata/validatingwebhookconfiguration.yaml", d.Name)
 	}
 	ctx := context.Background()
 	create := func(c *resourceapi.DeviceClass) error {

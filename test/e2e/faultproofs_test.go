@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/gpudra/gpudra/pkg/health"
+	"github.com/gpudra/gpudra/internal/plugin/health"
 )
 
 // TestTimeSlicedPodOnLostGPUIsDeleted (issue 13): a time-sliced pod runs on
@@ -105,7 +105,7 @@ spec:
 // GPU reset) taints a GPU NoExecute; the plugin pod is then deleted, as a
 // drain or an upgrade does. The restarted plugin publishes the XID taint
 // again with the time it was first added: the health conditions are kept in
-// a state file per boot (pkg/health, persist.go). Before, they lived in the
+// a state file per boot (internal/plugin/health, persist.go). Before, they lived in the
 // plugin's memory only; the XID event is not delivered again, so the
 // restarted plugin published the GPU with the recovery-action taint its
 // probe reads back, and without the XID taint. Clearing the fault (the GPU

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/gpudra/gpudra/pkg/failpoint"
+	"github.com/gpudra/gpudra/internal/plugin/failpoint"
 	"github.com/gpudra/gpudra/test/images"
 	"github.com/gpudra/gpudra/test/localcluster"
 )

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/gpudra/gpudra/pkg/failpoint"
+	"github.com/gpudra/gpudra/internal/plugin/failpoint"
 )
 
 // kubeletDeadline is how long the kubelet waits for NodePrepareResources

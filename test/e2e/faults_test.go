@@ -19,15 +19,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/gpudra/gpudra/pkg/checkpoint"
-	"github.com/gpudra/gpudra/pkg/failpoint"
+	"github.com/gpudra/gpudra/internal/plugin/checkpoint"
+	"github.com/gpudra/gpudra/internal/plugin/failpoint"
 )
 
 // The fault suite (make test-faults; build tags e2e,faults; the containerd
 // cluster) switches the driver to the failpoints image
 // (ghcr.io/gpudra/gpudra:failpoints, make images-failpoints) with a helm
 // upgrade, and arms one failpoint of gpu-h100's plugin pod at a time by
-// writing a file on the plugin's hostPath (pkg/failpoint, FileEnvVar) while
+// writing a file on the plugin's hostPath (internal/plugin/failpoint, FileEnvVar) while
 // pods with one-GPU claims are created and deleted, eight at a time. The
 // failpoint kills the plugin (SIGKILL, or the exit of a container's PID 1)
 // and removes the file first, so the container the kubelet restarts runs

@@ -25,7 +25,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpudra/gpudra/pkg/deviceclass"
+	"github.com/gpudra/gpudra/internal/controller/deviceclass"
 )
 
 // The chart tests render deployments/helm/gpudra with helm template and let
@@ -344,7 +344,7 @@ func checkCertManager(t *testing.T, ns string, objs []*unstructured.Unstructured
 // recommended configuration the webhook package tests.
 func checkWebhookMirrorsRecommended(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot, "pkg", "webhook", "testdata", "validatingwebhookconfiguration.yaml"))
+	data, err := os.ReadFile(filepath.Join(repoRoot, "internal", "controller", "webhook", "testdata", "validatingwebhookconfiguration.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func checkWebhookMirrorsRecommended(t *testing.T, objs []*unstructured.Unstructu
 	if !apiequality.Semantic.DeepEqual(g, w) {
 		gy, _ := yaml.Marshal(g)
 		wy, _ := yaml.Marshal(w)
-		t.Errorf("chart webhook differs from pkg/webhook/testdata:\nchart:\n%s\nrecommended:\n%s", gy, wy)
+		t.Errorf("chart webhook differs from internal/controller/webhook/testdata:\nchart:\n%s\nrecommended:\n%s", gy, wy)
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 	"github.com/gpudra/gpudra/test/fakedriver"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // The local cluster installs the chart with kubeletPlugin.mig=dynamic

@@ -22,17 +22,17 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"github.com/gpudra/gpudra/pkg/discovery"
-	"github.com/gpudra/gpudra/pkg/mig"
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
-	"github.com/gpudra/gpudra/pkg/slice"
+	"github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/internal/plugin/mig"
+	"github.com/gpudra/gpudra/internal/plugin/slice"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // BenchmarkSchedulerScale measures how fast the real kube-scheduler of the
 // local cluster allocates GPU claims across many nodes with gpudra's slice
 // shape. It registers SCALE_NODES (120) Node objects without kubelets, each
 // with the ResourceSlices the plugin publishes for a simulated DGX H100
-// (built by pkg/slice from the simulated NVML, as the plugin does), then
+// (built by internal/plugin/slice from the simulated NVML, as the plugin does), then
 // creates SCALE_PODS (800) one-GPU claims and a pod for each, and waits until
 // every pod is bound and its claim allocated. Reported: pods scheduled per
 // second (allocation, claim status write, binding, from the first pod

@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/gpudra/gpudra/pkg/checkpoint"
+	"github.com/gpudra/gpudra/internal/plugin/checkpoint"
 	"github.com/gpudra/gpudra/test/fakegpu"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpudra/gpudra/pkg/discovery"
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // nodeFacts is what the root is generated from, as the simulated NVML
@@ -34,7 +34,7 @@ type gpuFacts struct {
 }
 
 // readFacts asks a simulated NVML server for the profile on node what the
-// root must contain: what the plugin's discovery reports (pkg/discovery, the
+// root must contain: what the plugin's discovery reports (internal/plugin/discovery, the
 // same reader of NVML), plus the PCI device IDs that sysfs shows.
 func readFacts(p *sim.Profile, node string) (*nodeFacts, error) {
 	srv := sim.NewServer(p, node)

@@ -15,8 +15,8 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 	"github.com/gpudra/gpudra/test/fakegpu"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // Paths relative to the root.
@@ -246,7 +246,7 @@ func (w *writer) stateDir() {
 	}
 }
 
-const faultFileHeader = `# Faults of this simulated node, one per line (see pkg/nvmllib/sim/faultfile.go):
+const faultFileHeader = `# Faults of this simulated node, one per line (see test/sim/faultfile.go):
 #   gpu-3 xid 79 | gpu-0 ecc | gpu-2 lost | gpu-1 thermal
 # Removing a line repairs the GPU.
 `

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
-	"github.com/gpudra/gpudra/pkg/cdi"
-	"github.com/gpudra/gpudra/pkg/nvmllib"
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/internal/plugin/cdi"
+	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 const testNode = "node-a"
@@ -243,7 +243,7 @@ func TestGenerateProfileFile(t *testing.T) {
 	requireRoot(t)
 	// A profile file without a name takes its name, and so its UUIDs, from
 	// the file name: the copy in the root must keep it.
-	data, err := os.ReadFile("../../pkg/nvmllib/sim/profiles/mixed.yaml")
+	data, err := os.ReadFile("../../test/sim/profiles/mixed.yaml")
 	require.NoError(t, err)
 	var lines []string
 	for _, l := range strings.Split(string(data), "\n") {

@@ -16,7 +16,7 @@ package fakedriver
 //     process of that namespace, the helper included.
 //   - The helper holds a flock on <id>.lock and writes the record once it
 //     holds it; the simulated NVML treats a record whose lock nobody holds as
-//     dead and drops it (pkg/nvmllib/sim/processes.go).
+//     dead and drops it (test/sim/processes.go).
 //   - The helper's standard streams are /dev/null and it runs in a session
 //     of its own, so runc, which reads the hook's output until EOF, does not
 //     wait for it.

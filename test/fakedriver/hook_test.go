@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // TestHookRecordsProcess runs the fake nvidia-cdi-hook the way runc runs a

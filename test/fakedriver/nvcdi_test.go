@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // testLogger passes nvcdi's log to the test and keeps its warnings.

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpudra/gpudra/pkg/sharing"
+	"github.com/gpudra/gpudra/internal/plugin/sharing"
 )
 
 // StateDirEnv names the directory where the fake nvidia-smi records the
@@ -104,7 +104,7 @@ func NvidiaSMI(args []string, stdout, stderr io.Writer) int {
 }
 
 // FaultFileName is the simulated node's fault file in the state directory
-// (pkg/nvmllib/sim's FaultFile, test/fakedriver.FaultFile).
+// (test/sim's FaultFile, test/fakedriver.FaultFile).
 const FaultFileName = "faults"
 
 // lostInFaultFile reports whether the node's fault file names the GPU by its

@@ -10,10 +10,10 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpudra/gpudra/pkg/mig"
-	"github.com/gpudra/gpudra/pkg/model"
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/internal/plugin/mig"
+	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/test/nvmlsim"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // The MIG commands of the fake nvidia-smi change the simulated node's MIG

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 	"github.com/gpudra/gpudra/test/nvmlsim"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // migLayout is the persisted MIG state as "<gpu>:<profile>@<start>" per GPU

@@ -14,8 +14,8 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpudra/gpudra/pkg/cdi"
-	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/internal/plugin/cdi"
+	"github.com/gpudra/gpudra/internal/plugin/model"
 )
 
 // checkSpec is step 3 for one prepared claim: the spec file the prepare

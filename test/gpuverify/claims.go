@@ -12,10 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/gpudra/gpudra/pkg/cdi"
-	"github.com/gpudra/gpudra/pkg/checkpoint"
-	"github.com/gpudra/gpudra/pkg/model"
-	"github.com/gpudra/gpudra/pkg/prepare"
+	"github.com/gpudra/gpudra/internal/plugin/cdi"
+	"github.com/gpudra/gpudra/internal/plugin/checkpoint"
+	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/plugin/prepare"
 )
 
 // claimNamespace is the namespace of the kit's claims (never sent anywhere).
@@ -34,7 +34,7 @@ type preparer struct {
 // claims is steps 2 and 3: a claim per whole GPU and one with all of them,
 // each prepared, its CDI spec checked, and unprepared.
 func (k *kit) claims(ctx context.Context, node *model.Node) {
-	s := k.r.section("2. Prepare and unprepare exclusive whole-GPU claims (pkg/prepare.Manager, the node's CDI edits)")
+	s := k.r.section("2. Prepare and unprepare exclusive whole-GPU claims (internal/plugin/prepare.Manager, the node's CDI edits)")
 	cs := k.r.section("3. Generated CDI specs: host paths and injection by the CDI library")
 	for _, g := range node.GPUs {
 		if g.Partitioning != model.WholeGPU {
@@ -65,7 +65,7 @@ func (k *kit) claims(ctx context.Context, node *model.Node) {
 	}
 }
 
-// newPreparer builds the Manager as pkg/plugin.Start does, over temporary
+// newPreparer builds the Manager as internal/plugin.Start does, over temporary
 // directories and the node's real CDI edits; nil when it cannot.
 func (k *kit) newPreparer(ctx context.Context, s *Section, node *model.Node) *preparer {
 	p := &preparer{slicer: &refusingSlicer{}, node: wholeGPUNode(node)}

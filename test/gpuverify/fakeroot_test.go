@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
 	"github.com/gpudra/gpudra/test/fakedriver"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // TestFakeDriverRoot runs the kit exactly as the binary does
@@ -27,7 +27,7 @@ func TestFakeDriverRoot(t *testing.T) {
 	}
 	// One root per process: the dynamic loader keeps the first library
 	// named libnvidia-ml.so.1 it loaded, and with it the first root.
-	root := fakedriver.ForTest(t, "../../pkg/slice/testdata/static-mig.yaml", "verify-node")
+	root := fakedriver.ForTest(t, "../../internal/plugin/slice/testdata/static-mig.yaml", "verify-node")
 	cfg := ForDriverRoot(root, filepath.Join(root, fakedriver.BinDir, fakedriver.HookBinary))
 	cfg.NodeName, cfg.DriverName = "verify-node", "gpu.gpudra.io"
 	cfg.Watch, cfg.ProbeInterval, cfg.TempDir = time.Second, 300*time.Millisecond, t.TempDir()

@@ -9,14 +9,14 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
-	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/internal/plugin/model"
 )
 
 // How the kit stays read-only on GPU settings, in code:
 //   - the prepare.Manager gets no MIG manager and no MPS control, and a time
 //     slicer that refuses (and counts the attempt, which fails the run);
 //   - the Manager's node holds only the GPUs published whole (MIG applied as
-//     --mig=static, so never dynamic MIG): pkg/prepare.New refuses a node
+//     --mig=static, so never dynamic MIG): internal/plugin/prepare.New refuses a node
 //     that publishes MIG devices without a MIG manager, and a whole GPU that
 //     is not dynamically partitioned never reaches MIG code;
 //   - every claim passes guardClaim before it is prepared: whole GPUs of

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/internal/plugin/model"
 )
 
 const (

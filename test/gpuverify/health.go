@@ -9,8 +9,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpudra/gpudra/pkg/health"
-	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/internal/plugin/health"
+	"github.com/gpudra/gpudra/internal/plugin/model"
 )
 
 // HealthResult is what the health step saw.

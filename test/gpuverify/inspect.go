@@ -8,17 +8,17 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpudra/gpudra/pkg/discovery"
-	"github.com/gpudra/gpudra/pkg/mig"
-	"github.com/gpudra/gpudra/pkg/model"
-	"github.com/gpudra/gpudra/pkg/slice"
+	"github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/internal/plugin/mig"
+	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/plugin/slice"
 )
 
 // Inspection is what `gpu-kubelet-plugin inspect` prints (same JSON shape
-// as pkg/plugin.Inspection). The kit builds it from the same parts as
-// plugin.Inspect (discovery, --mig=static, pkg/slice) rather than calling
+// as internal/plugin.Inspection). The kit builds it from the same parts as
+// plugin.Inspect (discovery, --mig=static, internal/plugin/slice) rather than calling
 // it: Inspect opens NVML itself, which would keep the kit from running on an
-// injected (simulated) library, and pkg/plugin would roughly double the
+// injected (simulated) library, and internal/plugin would roughly double the
 // binary's size with the kubelet plugin's wiring.
 type Inspection struct {
 	Node           *model.Node                 `json:"node"`
@@ -43,7 +43,7 @@ func (k *kit) inspect(ctx context.Context) *model.Node {
 			r.Driver, r.Dev, r.Sys)
 	}
 	node, err := discovery.Discover(ctx, lib, discovery.Options{SysfsRoot: k.cfg.SysfsRoot})
-	if !s.check(err, "discover GPUs (pkg/discovery)") {
+	if !s.check(err, "discover GPUs (internal/plugin/discovery)") {
 		return nil
 	}
 	s.info("driver %s, CUDA %s, %d GPU(s)", node.DriverVersion, node.CUDADriverVersion, len(node.GPUs))
@@ -58,7 +58,7 @@ func (k *kit) inspect(ctx context.Context) *model.Node {
 		describeGPU(s, &node.GPUs[i])
 	}
 	res, err := slice.Resources(k.cfg.NodeName, node, sliceOptions)
-	if !s.check(err, "build the node's ResourceSlices (pkg/slice)") {
+	if !s.check(err, "build the node's ResourceSlices (internal/plugin/slice)") {
 		k.r.Inspection = &Inspection{Node: node}
 		return node
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpudra/gpudra/pkg/nvmllib"
+	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
 	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
@@ -40,7 +40,7 @@ func TestNvcdiEdits(t *testing.T) {
 		want                string // substring of a failure; empty: all pass
 	}{
 		{name: "whole GPUs", profile: "l4", hook: "/usr/bin/nvidia-cdi-hook"},
-		{name: "static MIG", profile: "../../pkg/slice/testdata/static-mig.yaml", hook: "/usr/bin/nvidia-cdi-hook"},
+		{name: "static MIG", profile: "../../internal/plugin/slice/testdata/static-mig.yaml", hook: "/usr/bin/nvidia-cdi-hook"},
 		{name: "hook missing", profile: "l4", hook: "/usr/local/bin/nvidia-cdi-hook", want: "/usr/local/bin/nvidia-cdi-hook: stat"},
 	}
 	for _, tc := range tests {

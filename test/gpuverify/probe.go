@@ -6,7 +6,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpudra/gpudra/pkg/health"
+	"github.com/gpudra/gpudra/internal/plugin/health"
 )
 
 // Probe is what the kit read from one GPU: the questions the health

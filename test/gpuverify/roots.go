@@ -3,12 +3,12 @@ package gpuverify
 import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpudra/gpudra/pkg/cdi"
-	"github.com/gpudra/gpudra/pkg/model"
-	"github.com/gpudra/gpudra/pkg/nvmllib"
+	"github.com/gpudra/gpudra/internal/plugin/cdi"
+	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
 )
 
-// NvcdiEdits is the plugin's EditsFunc (pkg/plugin.GPUNode.Edits): NVIDIA's
+// NvcdiEdits is the plugin's EditsFunc (internal/plugin.GPUNode.Edits): NVIDIA's
 // nvcdi over NVML and the roots, with the nvidia-cdi-hook of
 // --nvidia-cdi-hook-path (empty: nvcdi's default, /usr/bin/nvidia-cdi-hook).
 func NvcdiEdits(r nvmllib.Roots, hookPath string) EditsFunc {
@@ -19,7 +19,7 @@ func NvcdiEdits(r nvmllib.Roots, hookPath string) EditsFunc {
 
 // ForDriverRoot is the Config of a run on this machine with
 // --nvidia-driver-root=driverRoot and --nvidia-cdi-hook-path=hookPath:
-// NVML and the CDI edits as gpu-kubelet-plugin gets them (pkg/plugin.OpenNode
+// NVML and the CDI edits as gpu-kubelet-plugin gets them (internal/plugin.OpenNode
 // and GPUNode.Edits). The caller sets the names and times.
 func ForDriverRoot(driverRoot, hookPath string) Config {
 	// The kit runs on the host: the host sees the root where the kit does.

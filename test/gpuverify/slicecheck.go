@@ -10,7 +10,7 @@ import (
 
 // checkSlices checks ResourceSlices against the limits the API server
 // enforces (k8s.io/api/resource/v1 constants; the validation code itself
-// lives in k8s.io/kubernetes, which gpudra does not import). pkg/slice
+// lives in k8s.io/kubernetes, which gpudra does not import). internal/plugin/slice
 // already refuses most of these while building; this is the independent
 // look at its output, with the GPU's real names and values.
 func checkSlices(driverName string, slices []resourceapi.ResourceSlice) []string {

@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/gpudra/gpudra/pkg/discovery"
-	"github.com/gpudra/gpudra/pkg/mig"
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
-	"github.com/gpudra/gpudra/pkg/slice"
+	"github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/internal/plugin/mig"
+	"github.com/gpudra/gpudra/internal/plugin/slice"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
-// TestPluginSlicesPass: what pkg/slice builds for the built-in profiles,
+// TestPluginSlicesPass: what internal/plugin/slice builds for the built-in profiles,
 // static and dynamic MIG, passes the checks.
 func TestPluginSlicesPass(t *testing.T) {
 	for _, profile := range sim.Builtin() {

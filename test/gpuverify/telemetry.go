@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpudra/gpudra/pkg/model"
-	"github.com/gpudra/gpudra/pkg/telemetry"
+	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/plugin/telemetry"
 )
 
 // TelemetryResult is what the plugin's GPU telemetry read, by device:
@@ -19,13 +19,13 @@ type TelemetryResult struct {
 	Devices map[string]map[string]float64 `json:"devices"`
 }
 
-// telemetry is step 5: the plugin's sampler (pkg/telemetry) reads every
+// telemetry is step 5: the plugin's sampler (internal/plugin/telemetry) reads every
 // device twice, 1.5 s apart (GPM needs two samples for a MIG device's
 // utilization). It only reads: GPM samples are buffers of the library.
 // Every device must answer with its memory; fields the GPU lacks are
 // listed, not failed (NVML answers NOT_SUPPORTED for them).
 func (k *kit) telemetry(ctx context.Context, node *model.Node) {
-	s := k.r.section("5. GPU telemetry: what the plugin's /metrics reads per device (pkg/telemetry)")
+	s := k.r.section("5. GPU telemetry: what the plugin's /metrics reads per device (internal/plugin/telemetry)")
 	for _, sym := range []string{"nvmlDeviceGetCurrentClocksEventReasons", "nvmlGpmMigSampleGet"} {
 		if err := k.lib.Extensions().LookupSymbol(sym); err != nil {
 			s.info("%s is not in this libnvidia-ml (%v): its series are left out", sym, err)

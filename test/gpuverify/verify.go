@@ -2,11 +2,11 @@
 // NVIDIA GPUs (or a fake driver root) it runs the plugin's own code paths
 // against the driver and reports, check by check, whether they work:
 //
-//  1. NVML opened as the plugin opens it, discovery (pkg/discovery), the
-//     ResourceSlice the plugin would publish (pkg/slice, as `inspect` shows
+//  1. NVML opened as the plugin opens it, discovery (internal/plugin/discovery), the
+//     ResourceSlice the plugin would publish (internal/plugin/slice, as `inspect` shows
 //     it) and its API limits;
 //  2. a whole-GPU claim per GPU and one with all GPUs, prepared and
-//     unprepared through the real pkg/prepare.Manager with the node's CDI
+//     unprepared through the real internal/plugin/prepare.Manager with the node's CDI
 //     edits, in temporary directories;
 //  3. every host path of every generated CDI spec exists, and the CDI
 //     library loads the specs and injects them into an OCI spec;
@@ -31,9 +31,9 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpudra/gpudra/pkg/cdi"
-	"github.com/gpudra/gpudra/pkg/model"
-	"github.com/gpudra/gpudra/pkg/nvmllib"
+	"github.com/gpudra/gpudra/internal/plugin/cdi"
+	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
 )
 
 // ReadOnlyStatement heads every report.

@@ -16,9 +16,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpudra/gpudra/pkg/cdi"
-	"github.com/gpudra/gpudra/pkg/model"
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/internal/plugin/cdi"
+	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // rootedEdits are the simulated device nodes re-homed under a fake root, so
@@ -181,7 +181,7 @@ func TestHealthyNode(t *testing.T) {
 // devices, never prepared, and the simulated GPUs' MIG state and compute
 // modes are the same after the run.
 func TestStaticMIGIsReadOnly(t *testing.T) {
-	r := newSimRun(t, "../../pkg/slice/testdata/static-mig.yaml")
+	r := newSimRun(t, "../../internal/plugin/slice/testdata/static-mig.yaml")
 	stateFile := filepath.Join(t.TempDir(), "nvml-state.json")
 	require.NoError(t, r.server.PersistTo(stateFile))
 	before, err := os.ReadFile(stateFile)

@@ -11,7 +11,7 @@ import (
 
 // The fault suite's image (make images-failpoints, make test-faults): the
 // gpudra image with a gpu-kubelet-plugin built with the failpoints tag
-// (pkg/failpoint), everything else as GpudraSpec makes it, so the check of
+// (internal/plugin/failpoint), everything else as GpudraSpec makes it, so the check of
 // GpudraSpec against the Dockerfile covers it too.
 const (
 	// FailpointsBuildTag is the Go build tag that compiles the failpoints in.

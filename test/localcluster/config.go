@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpudra/gpudra/pkg/compat"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
 // NodeSpec is one simulated GPU node: its name and simulation profile (a

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gpudra/gpudra/pkg/compat"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 	"github.com/gpudra/gpudra/test/images"
 )
 
@@ -74,7 +74,7 @@ func (c *Cluster) InstallDriver(ctx context.Context, extra ...string) error {
 }
 
 // namesOfValues returns the names of the driver that --set values install:
-// the last compatibility=... value decides (pkg/compat).
+// the last compatibility=... value decides (internal/shared/compat).
 func namesOfValues(values []string) compat.Names {
 	mode := compat.Native
 	for _, v := range values {

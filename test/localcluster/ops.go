@@ -80,7 +80,7 @@ func (c *Cluster) PluginMetricsURL(ctx context.Context, node string) (string, er
 }
 
 // FaultFile is the node's simulated fault file on the host: the simulated
-// libnvidia-ml applies what is appended (pkg/nvmllib/sim/faultfile.go).
+// libnvidia-ml applies what is appended (test/sim/faultfile.go).
 func (c *Cluster) FaultFile(node string) string {
 	return filepath.Join(c.Node(node).DriverRoot(), fakedriver.FaultFile)
 }

@@ -1,6 +1,6 @@
 // Package nvmlsim is the logic of the simulated libnvidia-ml.so (built from
 // ./lib with -buildmode=c-shared; test-only, never shipped). The library
-// answers NVML's C API from the simulator in pkg/nvmllib/sim, so that the
+// answers NVML's C API from the simulator in test/sim, so that the
 // plugin, NVIDIA's nvcdi and go-nvlib run their real code path — go-nvml
 // dlopen()ing libnvidia-ml.so.1 under a driver root — on machines without
 // GPUs.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // FaultPollInterval is how often the fault file is read.

@@ -3,7 +3,7 @@ package nvmlsim
 import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // Handles to sim objects and back (see handles.go). Every resolution goes

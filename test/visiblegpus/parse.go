@@ -79,7 +79,7 @@ func ParseVisibleDevices(value string, set bool) (Selection, error) {
 }
 
 // Env is what the gpudra CDI specs put into a container's environment
-// (pkg/cdi): GPUDRA_GPU_<minor>=<uuid> for a whole GPU,
+// (internal/plugin/cdi): GPUDRA_GPU_<minor>=<uuid> for a whole GPU,
 // GPUDRA_MIG_<minor>_<gi>_<ci>=<uuid> (and ..._PROFILE=<profile>) for a MIG
 // device of the GPU with that minor, GPUDRA_MIG_<minor>_PARENT=<uuid> for
 // that GPU, GPUDRA_GPU_<minor>_PRODUCT=<product name>, plus the sharing

@@ -6,13 +6,13 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpudra/gpudra/pkg/discovery"
-	"github.com/gpudra/gpudra/pkg/model"
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
+	"github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // staticMIG is a profile with MIG enabled and MIG devices at start.
-const staticMIG = "../../../pkg/slice/testdata/static-mig.yaml"
+const staticMIG = "../../../internal/plugin/slice/testdata/static-mig.yaml"
 
 // server is an in-process sim.Server for the node the roots simulate.
 func server(t *testing.T, profile string) *sim.Server {
@@ -34,7 +34,7 @@ func inProcess(t *testing.T, profile string) (*model.Node, *sim.Server) {
 	return n, srv
 }
 
-// TestDiscoverMatchesInProcess: pkg/discovery sees the same node through
+// TestDiscoverMatchesInProcess: internal/plugin/discovery sees the same node through
 // the library as through the in-process simulator, for every built-in
 // profile and a MIG-partitioned one. Only the PCIe root differs: the
 // in-process sim resolves it, the library path reads sysfs (empty here).

@@ -1,7 +1,7 @@
 // Package libtest tests the simulated libnvidia-ml (test/nvmlsim/lib) the
 // way the plugin uses it: built with -buildmode=c-shared, installed in a
 // fake driver root and opened through go-nvml's dlopen, then driven by
-// pkg/discovery, pkg/mig, NVIDIA's nvcdi and raw go-nvml calls.
+// internal/plugin/discovery, internal/plugin/mig, NVIDIA's nvcdi and raw go-nvml calls.
 //
 // A process binds each NVML symbol once, to the first libnvidia-ml it
 // loaded: all tests of one process share one loaded library and point it

@@ -12,11 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpudra/gpudra/pkg/health"
+	"github.com/gpudra/gpudra/internal/plugin/health"
 	"github.com/gpudra/gpudra/test/nvmlsim"
 )
 
-// TestHealthMonitor runs pkg/health's monitor on the library: XID 79 in
+// TestHealthMonitor runs internal/plugin/health's monitor on the library: XID 79 in
 // the fault file makes the GPU unhealthy (the event set delivers the XID,
 // the probe sees the GPU lost); emptying the file resets the GPU and the
 // monitor sees it recover.

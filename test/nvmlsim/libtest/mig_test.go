@@ -9,9 +9,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpudra/gpudra/pkg/discovery"
-	"github.com/gpudra/gpudra/pkg/mig"
-	"github.com/gpudra/gpudra/pkg/model"
+	"github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/internal/plugin/mig"
+	"github.com/gpudra/gpudra/internal/plugin/model"
 )
 
 func profileNamed(t *testing.T, geo *model.MIGGeometry, name string) model.MIGProfile {
@@ -21,7 +21,7 @@ func profileNamed(t *testing.T, geo *model.MIGGeometry, name string) model.MIGPr
 	return geo.Profiles[i]
 }
 
-// TestDynamicMIG drives pkg/mig's create/list/destroy through the library
+// TestDynamicMIG drives internal/plugin/mig's create/list/destroy through the library
 // and through the in-process simulator side by side: same placements,
 // same instances, same MIG device UUIDs. The MIG state survives the last
 // nvmlShutdown (the state file), as on a real GPU.

@@ -13,7 +13,7 @@ import (
 	"github.com/gpudra/gpudra/test/nvmlsim"
 )
 
-// TestNvcdiCalls runs NVIDIA's nvcdi (ModeNvml, as pkg/cdi does) against
+// TestNvcdiCalls runs NVIDIA's nvcdi (ModeNvml, as internal/plugin/cdi does) against
 // the library for a GPU and a MIG device. The fake root here has no driver
 // files, so nvcdi may fail to build specs (test/fakedriver provides them);
 // what must hold is that every NVML call it makes exists and answers. The

@@ -12,7 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpudra/gpudra/pkg/nvmllib"
+	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
 	"github.com/gpudra/gpudra/test/nvmlsim"
 )
 

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpudra/gpudra/pkg/discovery"
-	"github.com/gpudra/gpudra/pkg/nvmllib/sim"
-	"github.com/gpudra/gpudra/pkg/telemetry"
+	"github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/internal/plugin/telemetry"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // TestTelemetryCalls reads utilization, memory, power, temperature, clocks
@@ -135,7 +135,7 @@ gpus:
 	assert.Equal(t, nvml.ERROR_NOT_SUPPORTED, lib.GpmSampleGet(a100, s1))
 }
 
-// TestSamplerThroughLibrary runs pkg/telemetry's sampler on the library: a
+// TestSamplerThroughLibrary runs internal/plugin/telemetry's sampler on the library: a
 // busy MIG device of an H100 gets its utilization from GPM from the second
 // sample on, the GPU in MIG mode none, the A100 beside it every GPU field.
 func TestSamplerThroughLibrary(t *testing.T) {

@@ -18,7 +18,7 @@
 {{- end -}}
 {{- end -}}
 
-{{/* The DRA driver name, set by .Values.compatibility (pkg/compat); the RBAC and the admission policy refer to it. */}}
+{{/* The DRA driver name, set by .Values.compatibility (internal/shared/compat); the RBAC and the admission policy refer to it. */}}
 {{- define "gpudra.driverName" -}}
 {{- if eq (.Values.compatibility | default "") "nvidia" -}}gpu.nvidia.com
 {{- else if eq (.Values.compatibility | default "") "" -}}gpu.gpudra.io

@@ -1,0 +1,106 @@
+package cdi
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/stretchr/testify/require"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/test/fakedriver"
+	"github.com/gpudra/gpudra/test/sim"
+)
+
+// TestNvcdiEditsNameHostPaths: the plugin in its pod sees the driver root at
+// one path (the chart's /driver-root), the host at another. Every host path
+// in the edits must be under the host's root and name a file that exists
+// there; none may be the plugin's own view. Before --host-driver-root the
+// specs named the plugin's view, which a container runtime on the host
+// cannot resolve.
+func TestNvcdiEditsNameHostPaths(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("a fake driver root has device nodes: run the tests as root")
+	}
+	dir := t.TempDir()
+	// The plugin's view of the root: generated here. The host's view: a
+	// path that exists only on "the host" (not in this test's file system).
+	seen := filepath.Join(dir, "driver-root")
+	const host = "/host/run/nvidia/driver"
+	// Stand-ins: nvcdi gets the simulated NVML in process, and runs no tool.
+	for _, f := range []string{"libnvidia-ml.so", fakedriver.FakeNvidiaSMI, fakedriver.FakeMPSControl} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("stand-in"), 0o755))
+	}
+	require.NoError(t, fakedriver.Generate(fakedriver.Options{Dir: seen, Profile: "dgx-a100", Node: "n1",
+		NVMLLibrary: filepath.Join(dir, "libnvidia-ml.so"), ToolsDir: dir}))
+
+	p, err := sim.Load("dgx-a100", nil)
+	require.NoError(t, err)
+	srv := sim.NewServer(p, "n1")
+	require.Equal(t, nvml.SUCCESS, srv.Init())
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	node, err := discovery.Discover(t.Context(), srv, discovery.Options{})
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name     string
+		opts     NvcdiOptions
+		wantRoot string
+	}{
+		{"plugin on the host", NvcdiOptions{DriverRoot: seen, HookPath: seen + "/usr/bin/nvidia-cdi-hook"}, seen},
+		{"plugin in a pod", NvcdiOptions{DriverRoot: seen, HostDriverRoot: host, HookPath: host + "/usr/bin/nvidia-cdi-hook"}, host},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := NewNvcdiEdits(srv, tc.opts)
+			require.NoError(t, err)
+			edits, err := NewCachedEdits(n, node.GPUs)
+			require.NoError(t, err)
+			all := []*cdispec.ContainerEdits{edits.common}
+			for _, e := range edits.devices {
+				all = append(all, e)
+			}
+			var libs int
+			for _, e := range all {
+				for _, hp := range HostPaths(e) {
+					p := hp.Path
+					require.True(t, strings.HasPrefix(p, tc.wantRoot+"/"), "host path %s is not under %s", p, tc.wantRoot)
+					// The same file, seen from here.
+					_, err := os.Lstat(seen + strings.TrimPrefix(p, tc.wantRoot))
+					require.NoError(t, err, "host path %s names no file of the root", p)
+					if strings.Contains(p, "/usr/lib/") {
+						libs++
+					}
+				}
+			}
+			require.Positive(t, libs, "nvcdi found the root's driver libraries")
+			require.Len(t, edits.devices, len(node.GPUs))
+		})
+	}
+}
+
+// TestProcMIGCapsHostDevRoot: capability nodes of a driver root that brings
+// its own dev/ are named at the host's path of that root.
+func TestProcMIGCapsHostDevRoot(t *testing.T) {
+	proc := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "driver/nvidia-caps"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(proc, "devices"), []byte("Character devices:\n122 nvidia-caps\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(proc, "driver/nvidia-caps/mig-minors"),
+		[]byte("gpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n"), 0o644))
+	for _, tc := range []struct{ hostDev, want string }{
+		{"/", ""},
+		{"/run/nvidia/driver", "/run/nvidia/driver/dev/nvidia-caps/nvidia-cap12"},
+	} {
+		c, err := NewProcMIGCaps(proc, tc.hostDev)
+		require.NoError(t, err)
+		nodes, err := c.Nodes(0, 1, 0)
+		require.NoError(t, err)
+		require.Len(t, nodes, 2)
+		require.Equal(t, "/dev/nvidia-caps/nvidia-cap12", nodes[0].Path)
+		require.Equal(t, tc.want, nodes[0].HostPath)
+		require.EqualValues(t, 122, nodes[0].Major)
+		require.EqualValues(t, 13, nodes[1].Minor)
+	}
+}

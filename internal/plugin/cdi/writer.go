@@ -1,0 +1,234 @@
+// Package cdi writes the per-claim CDI specs that tell the container runtime
+// which device nodes, environment and mounts a container gets for a prepared
+// ResourceClaim. One transient spec file per claim; device names are
+// "<claimUID>-<device>" so IDs are never reused across claims.
+package cdi
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/internal/plugin/model"
+)
+
+const (
+	// Vendor and Class form the CDI kind of gpudra's claim specs (the
+	// native driver's vendor; NewVendorWriter takes another one, see
+	// compat.Names.CDIVendor).
+	Vendor = "k8s.gpu.gpudra.io"
+	Class  = "claim"
+	// Kind is the CDI kind, "<vendor>/<class>".
+	Kind = Vendor + "/" + Class
+
+	specExt = ".json"
+)
+
+// ClaimDevice is one allocated device of a claim, as the spec describes it.
+type ClaimDevice struct {
+	// DeviceName is the name in the ResourceSlice, e.g. "gpu-3".
+	DeviceName string
+	GPU        *model.GPU
+	// VisibleUUIDs is what NVIDIA_VISIBLE_DEVICES lists for this device:
+	// the GPUs allocated for the same request(s) of the claim.
+	VisibleUUIDs []string
+	// Env holds extra "KEY=value" entries (from the claim's config).
+	Env []string
+	// MIG is set for a MIG device of GPU.
+	MIG *MIGInstance
+	// Mounts are extra mounts (e.g. the MPS pipe directory).
+	Mounts []*cdispec.Mount
+}
+
+// identityEnv names a device to the container, so that it can list its
+// GPUs like nvidia-smi -L without NVML: GPUDRA_GPU_<minor>=<uuid> for a
+// whole GPU, GPUDRA_MIG_<minor>_<gi>_<ci>=<uuid> and ..._PROFILE=<profile>
+// for a MIG device with GPUDRA_MIG_<minor>_PARENT=<the GPU's uuid>, and the
+// GPU's product name in GPUDRA_GPU_<minor>_PRODUCT. Each variable is unique
+// per device or equal in every device that sets it (two MIG devices of one
+// GPU), so the devices of several claims in one container never clash.
+func identityEnv(d ClaimDevice) []string {
+	minor := strconv.Itoa(d.GPU.Minor)
+	var env []string
+	if d.MIG == nil {
+		env = append(env, "GPUDRA_GPU_"+minor+"="+d.GPU.UUID)
+	} else {
+		mig := fmt.Sprintf("GPUDRA_MIG_%s_%d_%d", minor, d.MIG.GIID, d.MIG.CIID)
+		env = append(env, mig+"="+d.MIG.UUID)
+		if d.MIG.Profile != "" {
+			env = append(env, mig+"_PROFILE="+d.MIG.Profile)
+		}
+		env = append(env, "GPUDRA_MIG_"+minor+"_PARENT="+d.GPU.UUID)
+	}
+	if d.GPU.ProductName != "" {
+		env = append(env, "GPUDRA_GPU_"+minor+"_PRODUCT="+d.GPU.ProductName)
+	}
+	return env
+}
+
+// Writer writes and removes the per-claim specs in one CDI directory.
+type Writer struct {
+	dir     string
+	vendor  string
+	cache   *cdiapi.Cache
+	edits   EditsProvider
+	migCaps MIGCaps
+}
+
+// NewWriter uses dir (e.g. /var/run/cdi) for the specs of vendor Vendor.
+func NewWriter(dir string, edits EditsProvider) (*Writer, error) {
+	return NewVendorWriter(dir, Vendor, edits)
+}
+
+// NewVendorWriter uses dir for the specs of the given CDI vendor (e.g.
+// k8s.gpu.nvidia.com): their kind, file names and device IDs name it, and
+// ListClaims sees only its specs.
+func NewVendorWriter(dir, vendor string, edits EditsProvider) (*Writer, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create CDI spec directory %s: %w", dir, err)
+	}
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		return nil, fmt.Errorf("open CDI spec directory %s: %w", dir, err)
+	}
+	return &Writer{dir: dir, vendor: vendor, cache: cache, edits: edits}, nil
+}
+
+// Dir is the CDI spec directory.
+func (w *Writer) Dir() string { return w.dir }
+
+// DeviceID is the fully qualified CDI device ID of a claim's device under
+// Vendor.
+func DeviceID(claimUID, deviceName string) string { return deviceID(Vendor, claimUID, deviceName) }
+
+// SpecName is the file name (without extension) of a claim's spec under
+// Vendor.
+func SpecName(claimUID string) string { return specName(Vendor, claimUID) }
+
+func deviceID(vendor, claimUID, deviceName string) string {
+	return cdiparser.QualifiedName(vendor, Class, claimUID+"-"+deviceName)
+}
+
+func specName(vendor, claimUID string) string {
+	return cdiapi.GenerateTransientSpecName(vendor, Class, claimUID)
+}
+
+// SpecPath is where a claim's spec lives.
+func (w *Writer) SpecPath(claimUID string) string {
+	return filepath.Join(w.dir, specName(w.vendor, claimUID)+specExt)
+}
+
+// Spec builds (without writing) the spec of a claim.
+func (w *Writer) Spec(claimUID string, devices []ClaimDevice) (*cdispec.Spec, error) {
+	if err := model.ValidateUID(claimUID); err != nil {
+		return nil, err
+	}
+	common, err := w.edits.Common()
+	if err != nil {
+		return nil, err
+	}
+	spec := &cdispec.Spec{Kind: w.vendor + "/" + Class, ContainerEdits: *common}
+	for _, d := range devices {
+		edits, err := w.edits.Device(d.GPU)
+		if err != nil {
+			return nil, err
+		}
+		e := *edits
+		own := identityEnv(d)
+		if d.MIG != nil {
+			if e, err = w.migEdits(d, edits); err != nil {
+				return nil, err
+			}
+		}
+		e.Env = append(append(append([]string{
+			"NVIDIA_VISIBLE_DEVICES=" + strings.Join(d.VisibleUUIDs, ","),
+		}, own...), edits.Env...), d.Env...)
+		e.Mounts = append(append([]*cdispec.Mount{}, edits.Mounts...), d.Mounts...)
+		if len(e.Mounts) == 0 {
+			e.Mounts = nil
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{
+			Name:           claimUID + "-" + d.DeviceName,
+			ContainerEdits: e,
+		})
+	}
+	version, err := cdispec.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, fmt.Errorf("determine CDI version of claim %s spec: %w", claimUID, err)
+	}
+	spec.Version = version
+	return spec, nil
+}
+
+// WriteClaim writes (or atomically replaces) the spec of a claim and returns
+// the CDI device ID of each device, keyed by device name.
+func (w *Writer) WriteClaim(claimUID string, devices []ClaimDevice) (map[string]string, error) {
+	spec, err := w.Spec(claimUID, devices)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.cache.WriteSpec(spec, specName(w.vendor, claimUID)+specExt); err != nil {
+		return nil, fmt.Errorf("write CDI spec for claim %s to %s: %w", claimUID, w.dir, err)
+	}
+	ids := make(map[string]string, len(devices))
+	for _, d := range devices {
+		ids[d.DeviceName] = deviceID(w.vendor, claimUID, d.DeviceName)
+	}
+	return ids, nil
+}
+
+// RemoveClaim deletes a claim's spec; a missing spec is not an error.
+func (w *Writer) RemoveClaim(claimUID string) error {
+	if err := model.ValidateUID(claimUID); err != nil {
+		return err
+	}
+	if err := w.cache.RemoveSpec(specName(w.vendor, claimUID) + specExt); err != nil {
+		return fmt.Errorf("remove CDI spec of claim %s: %w", claimUID, err)
+	}
+	return nil
+}
+
+// HasClaim reports whether a claim's spec exists.
+func (w *Writer) HasClaim(claimUID string) (bool, error) {
+	_, err := os.Stat(w.SpecPath(claimUID))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	default:
+		return false, fmt.Errorf("check CDI spec of claim %s: %w", claimUID, err)
+	}
+}
+
+// ListClaims returns the UIDs of all claims that have a spec of ours in the
+// directory, sorted. Used at start-up to find specs left behind by a crash.
+func (w *Writer) ListClaims() ([]string, error) {
+	entries, err := os.ReadDir(w.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list CDI spec directory %s: %w", w.dir, err)
+	}
+	prefix := specName(w.vendor, "")
+	var uids []string
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, specExt) {
+			continue
+		}
+		uid := strings.TrimSuffix(strings.TrimPrefix(name, prefix), specExt)
+		if model.ValidateUID(uid) == nil {
+			uids = append(uids, uid)
+		}
+	}
+	sort.Strings(uids)
+	return uids, nil
+}

@@ -1,0 +1,191 @@
+// Package plugin wires gpudra's kubelet plugin: NVML discovery, the
+// ResourceSlice it publishes through the kubeletplugin helper, and the
+// prepare state machine behind the kubelet's DRA gRPC API.
+package plugin
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/internal/plugin/mig"
+	"github.com/gpudra/gpudra/internal/shared/compat"
+)
+
+// Options are the plugin's settings. Every flag has an environment variable
+// so that a DaemonSet can set it from the downward API.
+type Options struct {
+	Kubeconfig   string
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+	NodeName     string
+	DriverName   string
+	// Compatibility is the --compatibility mode: empty for gpudra's names,
+	// "nvidia" for NVIDIA's DRA driver names and API (see internal/shared/compat);
+	// Validate sets DriverName from it.
+	Compatibility string
+
+	CDIRoot             string
+	KubeletPluginsDir   string
+	KubeletRegistrarDir string
+	PodUID              string
+	NvidiaDriverRoot    string
+	HostDriverRoot      string
+	NvidiaCDIHookPath   string
+	CheckpointSyncDir   bool
+	MetricsAddress      string
+	MaxDevicesPerSlice  int
+	// MIG is the --mig mode: off, static or dynamic (see internal/plugin/mig).
+	MIG string
+	// MIGProfiles limits the profiles dynamic MIG publishes (--mig-profiles).
+	MIGProfiles []string
+	// Sharing: see sharing.go.
+	GPUSharing     string
+	NvidiaSMIPath  string
+	MPSControlPath string
+	MPSRoot        string
+	// MPSCheckInterval is how often the MPS daemons of prepared claims are
+	// checked (0: never; see superviseMPS).
+	MPSCheckInterval time.Duration
+	Health           HealthOptions
+	Telemetry        TelemetryOptions
+}
+
+// Discovery holds the flags inspect and the plugin share.
+func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", env("NODE_NAME", ""), "Name of this node; the pool name and the owner of its ResourceSlices. [$NODE_NAME]")
+	fs.StringVar(&o.DriverName, "driver-name", env("DRIVER_NAME", v1alpha1.DriverName), "DRA driver name. [$DRIVER_NAME]")
+	fs.StringVar(&o.Compatibility, "compatibility", env("GPUDRA_COMPATIBILITY", ""),
+		"nvidia: serve NVIDIA's DRA driver API (driver gpu.nvidia.com, its attribute names, resource.nvidia.com/v1beta1 GpuConfig and "+
+			"MigDeviceConfig); empty for gpudra's own names. [$GPUDRA_COMPATIBILITY]")
+	fs.StringVar(&o.NvidiaDriverRoot, "nvidia-driver-root", env("NVIDIA_DRIVER_ROOT", "/"),
+		"Root under which the NVIDIA driver is installed, as this process sees it (the chart mounts the host's driver root at /driver-root). "+
+			"A simulated driver root (make fake-driver-root) runs the same code without GPUs. [$NVIDIA_DRIVER_ROOT]")
+	fs.StringVar(&o.HostDriverRoot, "host-driver-root", env("HOST_DRIVER_ROOT", ""),
+		"The same driver root as the host (and so the container runtime) sees it, e.g. / or /run/nvidia/driver; CDI specs name host paths. "+
+			"Default: --nvidia-driver-root (the plugin runs on the host). [$HOST_DRIVER_ROOT]")
+	fs.IntVar(&o.MaxDevicesPerSlice, "max-devices-per-slice", 128, "Split the pool into ResourceSlices of at most this many devices (API maximum 128).")
+	fs.StringVar(&o.MIG, "mig", env("GPUDRA_MIG", "static"),
+		"MIG handling: static (GPUs in MIG mode publish their existing MIG devices; the plugin never changes MIG configuration), "+
+			"dynamic (MIG-capable GPUs publish the whole GPU and every MIG placement; MIG devices are created at prepare and destroyed at unprepare), "+
+			"or off (every GPU whole). GPUs without MIG are always published whole. [$GPUDRA_MIG]")
+	fs.StringSliceVar(&o.MIGProfiles, "mig-profiles", envList("GPUDRA_MIG_PROFILES"),
+		"With --mig=dynamic: publish only these MIG profiles (e.g. 1g.10gb,3g.40gb; default all). Fewer devices per GPU make scheduling "+
+			"on the node cheaper; the GPU's MIG counters are unchanged. [$GPUDRA_MIG_PROFILES, comma-separated]")
+	o.addGPUSharingFlag(fs)
+}
+
+// AddInspectFlags registers the flags the inspect command needs.
+func (o *Options) AddInspectFlags(fs *pflag.FlagSet) { o.addDiscoveryFlags(fs) }
+
+// AddFlags registers all plugin flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.addDiscoveryFlags(fs)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "Kubeconfig file; in-cluster config when empty. [$KUBECONFIG]")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", envFloat("KUBE_API_QPS", 200),
+		"Client-side QPS limit towards the API server (ResourceSlice publishing). Claim reads for prepare calls are exempt: they follow the kubelet's own rate-limited reads one to one. [$KUBE_API_QPS]")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", envInt("KUBE_API_BURST", 400), "Client-side burst towards the API server. [$KUBE_API_BURST]")
+	fs.StringVar(&o.CDIRoot, "cdi-root", env("CDI_ROOT", "/var/run/cdi"), "Directory for the per-claim CDI specs; must be one the container runtime reads. [$CDI_ROOT]")
+	fs.StringVar(&o.KubeletPluginsDir, "kubelet-plugins-directory", env("KUBELET_PLUGINS_DIRECTORY", "/var/lib/kubelet/plugins"),
+		"Kubelet plugin directory; the plugin's socket and checkpoint live in <dir>/<driver-name>. [$KUBELET_PLUGINS_DIRECTORY]")
+	fs.StringVar(&o.KubeletRegistrarDir, "kubelet-registrar-directory", env("KUBELET_REGISTRAR_DIRECTORY", "/var/lib/kubelet/plugins_registry"),
+		"Kubelet plugin registration directory. [$KUBELET_REGISTRAR_DIRECTORY]")
+	fs.StringVar(&o.PodUID, "pod-uid", env("POD_UID", ""),
+		"UID of the plugin's pod; enables rolling updates where old and new plugin pods run side by side. [$POD_UID]")
+	fs.StringVar(&o.NvidiaCDIHookPath, "nvidia-cdi-hook-path", env("NVIDIA_CDI_HOOK_PATH", ""),
+		"Host path of nvidia-cdi-hook for the generated CDI hooks (real GPUs only). [$NVIDIA_CDI_HOOK_PATH]")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", env("METRICS_ADDRESS", ""),
+		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables. [$METRICS_ADDRESS]")
+	o.addHealthFlags(fs)
+	o.addTelemetryFlags(fs)
+	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
+		"Also fsync the checkpoint directory after each record write. Record contents are always fsynced before the rename; a rename lost to a power failure only matters within a boot, and records of an earlier boot are discarded anyway.")
+	o.addSharingToolFlags(fs)
+}
+
+// resolveDriverName sets DriverName from --compatibility.
+func (o *Options) resolveDriverName() error {
+	mode, err := compat.ParseMode(o.Compatibility)
+	if err != nil {
+		return fmt.Errorf("--compatibility: %w", err)
+	}
+	if o.DriverName, err = compat.DriverFor(mode, o.DriverName); err != nil {
+		return fmt.Errorf("--driver-name: %w", err)
+	}
+	return nil
+}
+
+// names are the names the plugin publishes and reads, after Validate.
+func (o *Options) names() compat.Names { return compat.ForDriver(o.DriverName) }
+
+// PluginDataDir is where the socket and checkpoint of the driver live.
+func (o *Options) PluginDataDir() string { return filepath.Join(o.KubeletPluginsDir, o.DriverName) }
+
+// CheckpointDir holds one checkpoint record per prepared claim.
+func (o *Options) CheckpointDir() string { return filepath.Join(o.PluginDataDir(), "checkpoint") }
+
+// Validate reports flags that cannot work together.
+func (o *Options) Validate() error {
+	if o.NodeName == "" {
+		return fmt.Errorf("--node-name (or $NODE_NAME) is required: it names the node's ResourceSlice pool")
+	}
+	if err := o.resolveDriverName(); err != nil {
+		return err
+	}
+	if o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128 {
+		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)
+	}
+	mode, err := mig.ParseMode(o.MIG)
+	if err != nil {
+		return err
+	}
+	if mode == mig.ModeDynamic && o.GPUSharing == SharingConsumable {
+		return fmt.Errorf("--gpu-sharing=%s cannot be combined with --mig=%s: a GPU published for dynamic MIG consumes all its MIG counters "+
+			"with every allocation, so it could not be shared; use --mig=static or --mig=off on nodes with consumable shares", SharingConsumable, mode)
+	}
+	if err := o.validateTelemetry(); err != nil {
+		return err
+	}
+	return o.validateSharing()
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envList(name string) []string {
+	if v := env(name, ""); v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(env(name, "")); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(env(name, "")); err == nil {
+		return v
+	}
+	return def
+}
+
+func envFloat(name string, def float32) float32 {
+	if v, err := strconv.ParseFloat(env(name, ""), 32); err == nil {
+		return float32(v)
+	}
+	return def
+}

@@ -1,0 +1,302 @@
+package sharing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/plugin/model"
+)
+
+// Container paths of the MPS directories: the pipe directory is where CUDA
+// looks by default, so workloads need no configuration.
+const (
+	ContainerPipeDir = "/tmp/nvidia-mps"
+	ContainerLogDir  = "/var/log/nvidia-mps"
+
+	pipeSubdir = "pipe"
+	logSubdir  = "log"
+	pidFile    = "daemon.pid"
+)
+
+// MPSOptions configure MPSControl.
+type MPSOptions struct {
+	// ControlPath is nvidia-cuda-mps-control (real) or the fake one.
+	ControlPath string
+	// Root holds one directory per claim (<Root>/<claimUID>/{pipe,log}); it
+	// must be a host path, because it is mounted into containers, and every
+	// plugin instance of the node (two during a rolling update) must use the
+	// same one.
+	Root string
+	// StartTimeout bounds the wait for a new daemon to answer (default 10s).
+	StartTimeout time.Duration
+	// StopTimeout bounds the wait for a daemon to quit before it is killed
+	// (default 10s), and a command sent to it.
+	StopTimeout time.Duration
+	// ProbeTimeout bounds one liveness query of a daemon (default 5s).
+	ProbeTimeout time.Duration
+	// Env is added to the environment of the control tool and daemon.
+	Env []string
+}
+
+// MPSControl starts, adopts and stops one MPS control daemon per claim.
+//
+// A daemon is identified by its control pipe answering a harmless query
+// (probe), not by a PID. The plugin may run in a PID namespace of its own
+// (the chart's DaemonSet has no hostPID), and during a rolling update two
+// plugin pods run side by side, each in its own namespace: a PID that one
+// of them recorded means nothing, or another process, to the other. Both
+// see the same pipe directory (a host path), and a connection to it reaches
+// the daemon whoever started it; a daemon that died leaves its socket
+// behind, so the control entry existing proves nothing. The PID in the pid
+// file, with the PID namespace it belongs to, is used only where it is
+// visible: to kill a daemon of ours that ignores "quit" or hangs.
+//
+// The directory of a daemon that answers is never removed: a daemon whose
+// directory is gone cannot be reached or stopped any more. Callers hold the
+// claim's lock (shared by all plugin instances of the node) around every
+// call for that claim.
+type MPSControl struct {
+	opts MPSOptions
+	// pidNS identifies this process's PID namespace ("pid:[4026531836]").
+	pidNS string
+	mu    sync.Mutex
+	// exited is closed when a daemon started by this process has been reaped.
+	exited map[int]chan struct{}
+}
+
+// NewMPSControl checks the options and creates Root.
+func NewMPSControl(opts MPSOptions) (*MPSControl, error) {
+	if opts.Root == "" {
+		return nil, errors.New("MPS: no state directory configured")
+	}
+	if err := os.MkdirAll(opts.Root, 0o755); err != nil {
+		return nil, fmt.Errorf("create MPS state directory: %w", err)
+	}
+	for _, d := range []*time.Duration{&opts.StartTimeout, &opts.StopTimeout} {
+		if *d <= 0 {
+			*d = 10 * time.Second
+		}
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 5 * time.Second
+	}
+	ns, _ := os.Readlink("/proc/self/ns/pid")
+	return &MPSControl{opts: opts, pidNS: ns, exited: map[int]chan struct{}{}}, nil
+}
+
+// ClaimDir is the directory of a claim's daemon.
+func (c *MPSControl) ClaimDir(claimUID string) string { return filepath.Join(c.opts.Root, claimUID) }
+
+// Start starts the daemon described by d (Devices and limits set; Dir and
+// PID are filled in) and applies its settings. A daemon that still answers
+// in the claim's directory (an interrupted earlier attempt, whichever plugin
+// instance made it) is stopped through its pipe first; if it does not stop,
+// Start fails and leaves it and its directory alone. On error nothing Start
+// started is left running.
+func (c *MPSControl) Start(ctx context.Context, claimUID string, d *MPSDaemon) error {
+	if err := model.ValidateUID(claimUID); err != nil {
+		return err
+	}
+	if c.opts.ControlPath == "" {
+		return fmt.Errorf("start MPS control daemon: %w: no nvidia-cuda-mps-control configured (--mps-control-path)", ErrNoTool)
+	}
+	d.Dir = c.ClaimDir(claimUID)
+	existed, err := c.readyDir(ctx, d.Dir)
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(filepath.Join(d.Dir, logSubdir, "daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("create MPS daemon output file: %w", err)
+	}
+	defer out.Close()
+	cmd := exec.Command(c.opts.ControlPath, "-f")
+	cmd.Env = append(c.env(d.Dir), "CUDA_VISIBLE_DEVICES="+strings.Join(d.Devices, ","))
+	cmd.Stdout, cmd.Stderr = out, out
+	// Own session: a signal to the plugin's process group does not reach it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// What a failed start leaves: a directory that existed before stays
+	// (the claim's containers may bind-mount it), a new one goes.
+	cleanup := func() {
+		if !existed {
+			_ = os.RemoveAll(d.Dir)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		cleanup()
+		return fmt.Errorf("start MPS control daemon %s: %w; set --mps-control-path to the driver's nvidia-cuda-mps-control", c.opts.ControlPath, err)
+	}
+	d.PID = cmd.Process.Pid
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.exited[d.PID] = done
+	c.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	fail := func(err error) error {
+		select {
+		case <-done:
+		default:
+			_ = syscall.Kill(d.PID, syscall.SIGKILL)
+		}
+		c.waitExit(d.PID, c.opts.StopTimeout)
+		c.clearPipeDir(ctx, d.Dir)
+		cleanup()
+		return err
+	}
+	if err := c.writePIDFile(d.Dir, d.PID); err != nil {
+		return fail(err)
+	}
+	if err := c.waitAnswering(ctx, d, done); err != nil {
+		return fail(err)
+	}
+	if cmds := Commands(d); len(cmds) > 0 {
+		if _, err := c.run(ctx, d.Dir, c.opts.StopTimeout, cmds...); err != nil {
+			return fail(err)
+		}
+	}
+	klog.FromContext(ctx).V(3).Info("Started MPS control daemon", "claimUID", claimUID, "pid", d.PID, "devices", d.Devices)
+	return nil
+}
+
+// readyDir makes a claim's directory ready for a new daemon and reports
+// whether it existed: a daemon that answers there is stopped through its
+// pipe, what a dead one left in the pipe directory is removed. The
+// directories themselves are kept, so that the bind mounts of the claim's
+// containers keep pointing at the directory the new daemon listens in.
+func (c *MPSControl) readyDir(ctx context.Context, dir string) (bool, error) {
+	_, err := os.Lstat(dir)
+	existed := err == nil
+	if existed {
+		if err := c.stopDaemon(ctx, dir); err != nil {
+			return true, err
+		}
+		c.clearPipeDir(ctx, dir)
+	}
+	for _, sub := range []string{pipeSubdir, logSubdir} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return existed, fmt.Errorf("create MPS directory: %w", err)
+		}
+	}
+	return existed, nil
+}
+
+// clearPipeDir removes what a daemon that no longer answers left in its
+// pipe directory (its socket, its pid files).
+func (c *MPSControl) clearPipeDir(ctx context.Context, dir string) {
+	pipe := filepath.Join(dir, pipeSubdir)
+	entries, _ := os.ReadDir(pipe)
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(pipe, e.Name())); err != nil {
+			klog.FromContext(ctx).Error(err, "Leftover of a dead MPS control daemon not removed", "path", filepath.Join(pipe, e.Name()))
+		}
+	}
+	_ = os.Remove(filepath.Join(dir, pidFile))
+}
+
+func (c *MPSControl) env(dir string) []string {
+	return append(append(os.Environ(), c.opts.Env...),
+		"CUDA_MPS_PIPE_DIRECTORY="+filepath.Join(dir, pipeSubdir),
+		"CUDA_MPS_LOG_DIRECTORY="+filepath.Join(dir, logSubdir))
+}
+
+// EnsureResult says what Ensure found.
+type EnsureResult struct {
+	// Replaced is set when the claim's daemon did not answer and a new one
+	// was started with the same directories and settings. CUDA processes
+	// that were connected to the old daemon lost their MPS server and must
+	// be restarted; new processes in the claim's containers reach the new
+	// daemon (the pipe directory they mount is the same).
+	Replaced bool
+	// OldPID is the recorded PID of the daemon that was replaced (in the
+	// PID namespace of the plugin instance that started it).
+	OldPID int
+	// Reason is why the old daemon counted as gone.
+	Reason string
+}
+
+// Ensure makes sure the daemon of a prepared claim runs: a daemon that
+// answers in the claim's directory is adopted, whichever plugin instance
+// started it; otherwise the dead daemon's leftovers are removed and a new
+// one is started with the same settings (d.PID changes), and the result
+// says so. If that start fails, the result still says why the old daemon
+// counted as gone, and the error is Start's.
+func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *MPSDaemon) (EnsureResult, error) {
+	if err := model.ValidateUID(claimUID); err != nil {
+		return EnsureResult{}, err
+	}
+	logger := klog.FromContext(ctx).WithValues("claimUID", claimUID)
+	err := c.probe(ctx, c.ClaimDir(claimUID))
+	if err != nil {
+		// One more try, so that a daemon busy for a moment is not replaced.
+		select {
+		case <-ctx.Done():
+			return EnsureResult{}, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		err = c.probe(ctx, c.ClaimDir(claimUID))
+	}
+	if err == nil {
+		logger.V(3).Info("Adopted running MPS control daemon", "recordedPID", d.PID)
+		return EnsureResult{}, nil
+	}
+	res := EnsureResult{Replaced: true, OldPID: d.PID, Reason: err.Error()}
+	logger.Info("MPS control daemon of a prepared claim does not answer; starting a new one", "oldPID", d.PID, "reason", res.Reason)
+	if err := c.Start(ctx, claimUID, d); err != nil {
+		return res, err // the caller has the reason; Start's error says what failed
+	}
+	return res, nil
+}
+
+// StopClaim stops the daemon of a claim, if any, through its pipe, and
+// removes its directories. It finds the daemon by its pipe, not by a PID,
+// so it also stops one that another plugin instance started, or whose
+// record never got the PID. Stopping a claim without a daemon succeeds. A
+// daemon that still answers after "quit" (and cannot be killed because its
+// process is not visible here) fails the call and keeps its directory.
+func (c *MPSControl) StopClaim(ctx context.Context, claimUID string) error {
+	if err := model.ValidateUID(claimUID); err != nil {
+		return err
+	}
+	dir := c.ClaimDir(claimUID)
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := c.stopDaemon(ctx, dir); err != nil {
+		return fmt.Errorf("stop the MPS control daemon of claim %s: %w", claimUID, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove MPS directory of claim %s: %w", claimUID, err)
+	}
+	return nil
+}
+
+// Orphans lists the claim UIDs that have a daemon directory but that
+// isKnown does not know. StopClaim stops their daemons through their pipes
+// (a daemon of an unknown claim that answers is found here too: its
+// directory is the only way to reach it).
+func (c *MPSControl) Orphans(isKnown func(claimUID string) bool) ([]string, error) {
+	entries, err := os.ReadDir(c.opts.Root)
+	if err != nil {
+		return nil, fmt.Errorf("list MPS state directory: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && model.ValidateUID(e.Name()) == nil && !isKnown(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}

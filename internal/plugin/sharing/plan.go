@@ -1,0 +1,208 @@
+package sharing
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
+)
+
+// ErrUnenforceable marks a configuration that the plugin cannot honour on
+// the allocated devices, e.g. an MPS limit above a consumable share.
+var ErrUnenforceable = errors.New("sharing configuration cannot be honoured")
+
+// MPSDaemon is the MPS control daemon of a claim: what PlanMPS decides (the
+// devices it serves and its settings) and, once MPSControl.Start has run it,
+// where it runs. The caller keeps it (internal/plugin/prepare records it in the claim's
+// checkpoint record).
+type MPSDaemon struct {
+	// Devices are the UUIDs the daemon serves, in its device-ordinal order.
+	Devices []string
+	// ActiveThreadPercentage is the default for clients; 0 means unset.
+	ActiveThreadPercentage int32
+	// PinnedMemoryLimits are per device (same order as Devices), in bytes;
+	// nil or 0 means no limit.
+	PinnedMemoryLimits []int64
+	// PID of the daemon process, in the PID namespace of the plugin
+	// instance that started it (0 until started).
+	PID int
+	// Dir holds the daemon's pipe/ and log/ directories (set by Start).
+	Dir string
+}
+
+// Device is one allocated device of a claim, as sharing sees it.
+type Device struct {
+	// Name in the ResourceSlice, for messages.
+	Name string
+	UUID string
+	// Config is the device's effective, validated GpuClaimParameters.
+	Config *v1alpha1.GpuClaimParameters
+	// RequestUUIDs are the GPUs of the same request(s), in the order the
+	// container sees them (NVIDIA_VISIBLE_DEVICES): device ordinals index it.
+	RequestUUIDs []string
+	// Share is set when the allocation is a consumable-capacity share.
+	Share bool
+	// ShareMemory is the memory the share consumed, in bytes (0 if the
+	// allocation records none).
+	ShareMemory int64
+	// MIG is set for a MIG device. Its processes are time-sliced by its GPU
+	// instance; the GPU-wide time slice (nvidia-smi compute-policy) is not
+	// set for it, since other MIG devices of the GPU belong to other claims.
+	MIG bool
+}
+
+// SetsTimeSlice tells whether the device's config asks for a GPU time
+// slice that the plugin applies, and which.
+func (d Device) SetsTimeSlice() (v1alpha1.TimeSliceInterval, bool) {
+	if d.MIG {
+		return "", false
+	}
+	return d.TimeSlice()
+}
+
+// Strategy returns the device's sharing strategy (Exclusive when unset).
+func (d *Device) Strategy() v1alpha1.GpuSharingStrategy {
+	if d.Config == nil || d.Config.Sharing == nil || d.Config.Sharing.Strategy == "" {
+		return v1alpha1.ExclusiveStrategy
+	}
+	return d.Config.Sharing.Strategy
+}
+
+// usesMPS: MPS was asked for, or the device is a share, whose memory is
+// enforced through an MPS pinned-memory limit.
+func (d *Device) usesMPS() bool {
+	return d.Strategy() == v1alpha1.MPSStrategy || d.Share
+}
+
+// TimeSlice returns the interval to apply, if the device is time-sliced.
+func (d *Device) TimeSlice() (v1alpha1.TimeSliceInterval, bool) {
+	if d.Strategy() != v1alpha1.TimeSlicingStrategy {
+		return "", false
+	}
+	if d.Config.Sharing.TimeSlicing == nil {
+		return v1alpha1.DefaultTimeSlice, true
+	}
+	return d.Config.Sharing.TimeSlicing.Interval, true
+}
+
+// Check refuses combinations that cannot be enforced: a time-sliced
+// consumable share (its memory could not be limited).
+func Check(devs []Device) error {
+	for _, d := range devs {
+		if d.Share && d.Strategy() == v1alpha1.TimeSlicingStrategy {
+			return fmt.Errorf("%w: %s is a consumable share of GPU %s, whose memory is enforced through MPS; "+
+				"strategy TimeSlicing cannot limit it — use strategy MPS or leave sharing unset", ErrUnenforceable, d.Name, d.UUID)
+		}
+	}
+	return nil
+}
+
+// PlanMPS returns the daemon a claim needs for its devices (nil if none uses
+// MPS): the devices in order and their settings. It refuses settings that
+// cannot be honoured, with a message that says what to change.
+func PlanMPS(devs []Device) (*MPSDaemon, error) {
+	if err := Check(devs); err != nil {
+		return nil, err
+	}
+	var d *MPSDaemon
+	threadsFrom := ""
+	for _, dev := range devs {
+		if !dev.usesMPS() {
+			continue
+		}
+		if d == nil {
+			d = &MPSDaemon{}
+		}
+		var cfg *v1alpha1.MpsConfig
+		if dev.Strategy() == v1alpha1.MPSStrategy {
+			cfg = dev.Config.Sharing.MPS
+		}
+		if cfg == nil {
+			cfg = &v1alpha1.MpsConfig{}
+		}
+		if p := cfg.DefaultActiveThreadPercentage; p != nil {
+			if d.ActiveThreadPercentage != 0 && d.ActiveThreadPercentage != *p {
+				return nil, fmt.Errorf("%w: %s asks for defaultActiveThreadPercentage %d, %s for %d; the claim's GPUs share one MPS "+
+					"control daemon, so all its MPS configurations must use the same value", ErrUnenforceable, dev.Name, *p, threadsFrom, d.ActiveThreadPercentage)
+			}
+			d.ActiveThreadPercentage, threadsFrom = *p, dev.Name
+		}
+		limit, err := pinnedLimit(dev, cfg)
+		if err != nil {
+			return nil, err
+		}
+		d.Devices = append(d.Devices, dev.UUID)
+		d.PinnedMemoryLimits = append(d.PinnedMemoryLimits, limit)
+	}
+	if d != nil && !slices.ContainsFunc(d.PinnedMemoryLimits, func(l int64) bool { return l > 0 }) {
+		d.PinnedMemoryLimits = nil
+	}
+	return d, nil
+}
+
+// pinnedLimit is the device's limit in bytes (0: none): its per-device
+// entry, else the default, else the share's memory on a share.
+func pinnedLimit(dev Device, cfg *v1alpha1.MpsConfig) (int64, error) {
+	ordinal := slices.Index(dev.RequestUUIDs, dev.UUID)
+	for key := range cfg.PerDevicePinnedMemoryLimits {
+		n, err := v1alpha1.ParseDeviceOrdinal(key)
+		if err != nil || n >= len(dev.RequestUUIDs) {
+			return 0, fmt.Errorf("%w: perDevicePinnedMemoryLimits names device %q, but the request has %d GPU(s) (ordinals 0 to %d)",
+				ErrUnenforceable, key, len(dev.RequestUUIDs), len(dev.RequestUUIDs)-1)
+		}
+	}
+	var limit int64
+	if q, ok := cfg.PerDevicePinnedMemoryLimits[strconv.Itoa(ordinal)]; ok {
+		limit = q.Value()
+	} else if cfg.DefaultPinnedDeviceMemoryLimit != nil {
+		limit = cfg.DefaultPinnedDeviceMemoryLimit.Value()
+	}
+	if !dev.Share || dev.ShareMemory == 0 {
+		return limit, nil
+	}
+	if limit > dev.ShareMemory {
+		return 0, fmt.Errorf("%w: the MPS pinned-memory limit of %s (%s) exceeds the memory of its consumable share of GPU %s (%s); "+
+			"request more memory (capacity.requests.memory) or lower the limit", ErrUnenforceable, dev.Name, MiB(limit), dev.UUID, MiB(dev.ShareMemory))
+	}
+	if limit == 0 {
+		limit = dev.ShareMemory
+	}
+	return limit, nil
+}
+
+// ContainerEdits returns what a container using device uuid (seeing
+// visible, in that order) needs to reach the claim's MPS daemon: the pipe
+// and log directories and the limits, as environment the CUDA client reads.
+// It returns nothing if the daemon does not serve uuid.
+func ContainerEdits(d *MPSDaemon, uuid string, visible []string) ([]string, []*cdispec.Mount) {
+	if d == nil || !slices.Contains(d.Devices, uuid) {
+		return nil, nil
+	}
+	env := []string{
+		"CUDA_MPS_PIPE_DIRECTORY=" + ContainerPipeDir,
+		"CUDA_MPS_LOG_DIRECTORY=" + ContainerLogDir,
+	}
+	if d.ActiveThreadPercentage > 0 {
+		env = append(env, fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", d.ActiveThreadPercentage))
+	}
+	var limits []string
+	for ordinal, u := range visible {
+		i := slices.Index(d.Devices, u)
+		if i >= 0 && i < len(d.PinnedMemoryLimits) && d.PinnedMemoryLimits[i] > 0 {
+			limits = append(limits, fmt.Sprintf("%d=%s", ordinal, MiB(d.PinnedMemoryLimits[i])))
+		}
+	}
+	if len(limits) > 0 {
+		env = append(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+strings.Join(limits, ","))
+	}
+	mounts := []*cdispec.Mount{
+		{HostPath: d.Dir + "/" + pipeSubdir, ContainerPath: ContainerPipeDir, Type: "bind", Options: []string{"rbind", "rw"}},
+		{HostPath: d.Dir + "/" + logSubdir, ContainerPath: ContainerLogDir, Type: "bind", Options: []string{"rbind", "ro"}},
+	}
+	return env, mounts
+}

@@ -1,0 +1,87 @@
+package slice
+
+import (
+	"fmt"
+	"strconv"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+
+	"github.com/gpudra/gpudra/internal/plugin/model"
+)
+
+// Names NVIDIA's DRA driver publishes beyond gpudra's own ones (see
+// WithNVIDIAAttributes).
+const (
+	// AttrPCIeBusID is NVIDIA's own PCI bus ID attribute (a string); gpudra
+	// publishes the standard resource.kubernetes.io/pciBusID as well.
+	AttrPCIeBusID resourceapi.QualifiedName = "pcieBusID"
+)
+
+// MemorySliceCapacity names the capacity NVIDIA's driver publishes for each
+// memory slice i a MIG device occupies (value 1).
+func MemorySliceCapacity(i int) resourceapi.QualifiedName {
+	return resourceapi.QualifiedName("memorySlice" + strconv.Itoa(i))
+}
+
+// WithNVIDIAAttributes makes devices carry the attributes and capacities of
+// NVIDIA's DRA driver under the same names and types, for the NVIDIA
+// compatibility mode. gpudra's names already are NVIDIA's (type, uuid,
+// productName, brand, architecture, cudaComputeCapability, driverVersion,
+// cudaDriverVersion as versions, parentUUID, profile, memory and the MIG
+// engine capacities); on top of them every device gets pcieBusID and every
+// MIG device a memorySlice<i> capacity per memory slice of its placement.
+// MIG devices lose index and minor: they are their parent's numbers, which
+// NVIDIA's driver does not publish for MIG devices.
+func WithNVIDIAAttributes(node *model.Node, devices []resourceapi.Device) error {
+	for i := range devices {
+		d := &devices[i]
+		if bus := d.Attributes[deviceattribute.StandardDeviceAttributePCIBusID].StringValue; bus != nil {
+			d.Attributes[AttrPCIeBusID] = str(*bus)
+		}
+		if t := d.Attributes[AttrType].StringValue; t == nil || *t != DeviceTypeMIG {
+			continue
+		}
+		delete(d.Attributes, AttrIndex)
+		delete(d.Attributes, AttrMinor)
+		start, size, err := placementOf(node, d)
+		if err != nil {
+			return err
+		}
+		for s := start; s < start+size; s++ {
+			d.Capacity[MemorySliceCapacity(s)] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(1, resource.BinarySI)}
+		}
+		if n := len(d.Attributes) + len(d.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
+			return fmt.Errorf("MIG device %s has %d attributes and capacities with NVIDIA's names, the API allows %d",
+				d.Name, n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
+		}
+	}
+	return nil
+}
+
+// placementOf finds the memory slices of a MIG device: its placement start
+// and the size of its profile's placements.
+func placementOf(node *model.Node, d *resourceapi.Device) (int, int, error) {
+	parent, profile, start := d.Attributes[AttrParentUUID].StringValue, d.Attributes[AttrProfile].StringValue, d.Attributes[AttrPlacementStart].IntValue
+	if parent == nil || profile == nil || start == nil {
+		return 0, 0, fmt.Errorf("MIG device %s lacks parentUUID, profile or placementStart", d.Name)
+	}
+	for i := range node.GPUs {
+		g := &node.GPUs[i]
+		if g.UUID != *parent {
+			continue
+		}
+		for _, m := range g.MIGDevices {
+			if m.Profile == *profile && int64(m.Start) == *start {
+				return m.Start, m.Size, nil
+			}
+		}
+		for _, p := range g.PublishedMIGProfiles() {
+			if p.Name == *profile {
+				return int(*start), p.PlacementSize, nil
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("MIG device %s: no placement of profile %s at %d on GPU %s", d.Name, *profile, *start, *parent)
+}
