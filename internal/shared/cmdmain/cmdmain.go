@@ -1,4 +1,4 @@
-// Package cmdmain is the command-line scaffolding both gpudra binaries share:
+// Package cmdmain is the command-line scaffolding the three gpudra programs share:
 // component-base logging flags, a context cancelled on SIGTERM/SIGINT with a
 // named contextual logger, and error reporting from main.
 package cmdmain

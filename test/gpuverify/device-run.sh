@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs on a lent GPU machine (see docs/development.md): read-only facts about
+# the host, then the verification kit built by `make gpu-verify`. Nothing
+# here changes a GPU setting. Output goes to stdout and, when set, to $OUT.
+set -uo pipefail
+kit=${KIT:-_output/gpu-verify/gpudra-gpu-verify}
+out=${OUT:-$(mktemp -d)}
+echo "== host"
+uname -r; grep PRETTY_NAME /etc/os-release; ldd --version | head -1
+echo "== nvidia-smi (read-only queries)"
+nvidia-smi -L
+nvidia-smi --query-gpu=name,driver_version,pci.bus_id,mig.mode.current,compute_mode,memory.total --format=csv
+echo "== driver files"
+for f in /usr/bin/nvidia-cdi-hook /usr/bin/nvidia-ctk /usr/bin/nvidia-smi /usr/bin/nvidia-cuda-mps-control; do
+  if [ -e "$f" ]; then echo "present: $f"; else echo "absent:  $f"; fi
+done
+ls -l /usr/lib/x86_64-linux-gnu/libnvidia-ml.so* 2>&1 | head -3
+echo "== PCI NUMA affinity of NVIDIA devices (sysfs numa_node; -1: none published)"
+for d in /sys/bus/pci/devices/*; do
+  [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue
+  echo "$(basename "$d") class=$(cat "$d/class") numa_node=$(cat "$d/numa_node")"
+done
+echo "== gpudra-gpu-verify"
+"$kit" -json --watch="${WATCH:-45s}" > "$out/report.json" 2> "$out/stderr.log"; rc=$?
+"$kit" --watch=5s --slices > "$out/report.txt" 2>> "$out/stderr.log"
+tail -n 60 "$out/report.txt"
+echo "exit status of the JSON run: $rc"
+exit $rc
