@@ -14,7 +14,7 @@ import (
 // TestGrafanaDashboard: the chart's dashboard queries only metrics and
 // labels the sampler serves.
 func TestGrafanaDashboard(t *testing.T) {
-	data, err := os.ReadFile("../../deployments/helm/gpudra/dashboards/gpudra-gpus.json")
+	data, err := os.ReadFile("../../../deployments/helm/gpudra/dashboards/gpudra-gpus.json")
 	require.NoError(t, err)
 	var dash struct {
 		UID    string `json:"uid"`
