@@ -59,9 +59,10 @@ sim-nvml-lib: prereqs-build ## Build the simulated NVML library into _output/lib
 
 test: prereqs-cluster unit e2e ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster with the chart-installed driver
 
-unit: vet ## Unit tests with the race detector (go vet first)
+unit: vet ## Unit tests with the race detector (go vet first), demo/lib_test.sh
 	$(GO) test -race -count=1 $(PKGS)
 	$(GO) test -race -count=1 -tags failpoints ./internal/plugin/failpoint/ ./internal/plugin/prepare/
+	bash demo/lib_test.sh
 
 k8s-binaries: ## etcd + Kubernetes binaries for the local cluster (cached in _output/bin)
 	./hack/build-k8s.sh

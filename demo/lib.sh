@@ -8,13 +8,16 @@
 # devices instead of their GPU, with the product names of the associative
 # array products (UUID -> "product [MIG profile]", from the ResourceSlices).
 gpu_list() {
-  local out line uuid profile parent='?' list=()
+  local out line uuid profile parent='?' list=() gpu_last=0
   out=$(cat)
   while IFS= read -r line; do
     if [[ $line =~ \(UUID:\ ([^\)]+)\) ]]; then
       uuid=${BASH_REMATCH[1]}
       if [[ $line =~ ^[[:space:]]+MIG[[:space:]] ]]; then
-        unset 'list[${#list[@]}-1]'  # the parent GPU's line
+        # The GPU's own entry gives way to its first MIG device, only to
+        # that one: a GPU's second MIG device keeps the first.
+        [ "$gpu_last" = 1 ] && unset 'list[${#list[@]}-1]'
+        gpu_last=0
         # "  MIG 1g.10gb     Device  0: (UUID: MIG-...)", like nvidia-smi -L;
         # the parent's line above it names the product.
         read -r _ profile _ <<<"$line"
@@ -23,6 +26,7 @@ gpu_list() {
       else
         parent=${products[$uuid]:-$(sed -E 's/^GPU [0-9]+: (.*) \(UUID: .*$/\1/' <<<"$line")}
         list+=("$parent ($uuid)")
+        gpu_last=1
       fi
     fi
   done <<<"$out"
