@@ -123,7 +123,7 @@ $(GOLANGCI_LINT):
 	@mkdir -p $(dir $@)
 	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
-bench: ## Benchmarks (prepare/unprepare, slice building); numbers go in README
+bench: prereqs-build ## Benchmarks (prepare/unprepare, slice building); numbers go in README
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -run '^$$' -bench . -benchmem -count=$${COUNT:-1} $(BENCH_PKGS) | tee $(OUTPUT)/bench/unit.txt
 
@@ -204,7 +204,7 @@ images: prereqs-build busybox-static ## pause, workload and gpudra (ghcr.io/gpud
 # to its own directory, so the cluster imports it only when the fault suite
 # asks (gpudra-images refuses it as the shipped image and vice versa).
 FAILPOINTS_DIR := $(IMAGES_DIR)/failpoints
-images-failpoints: ## ghcr.io/gpudra/gpudra:failpoints (plugin built with -tags failpoints) in _output/images/failpoints, for make test-faults
+images-failpoints: prereqs-build ## ghcr.io/gpudra/gpudra:failpoints (plugin built with -tags failpoints) in _output/images/failpoints, for make test-faults
 	@mkdir -p $(FAILPOINTS_DIR)/bin
 	CGO_ENABLED=1 $(GO) build -trimpath -tags grpcnotrace,failpoints -ldflags "-s -w" -o $(FAILPOINTS_DIR)/bin/ ./cmd/gpu-kubelet-plugin
 	CGO_ENABLED=1 $(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(FAILPOINTS_DIR)/bin/ ./cmd/gpu-controller
@@ -228,7 +228,7 @@ $(BUSYBOX_ROOT)/bin/busybox:
 # but the C library dynamically or reaches 64 MiB; it needs the glibc of the
 # build machine or newer (printed).
 GPU_VERIFY := $(OUTPUT)/gpu-verify/gpudra-gpu-verify
-gpu-verify: ## Build the read-only GPU verification kit into _output/gpu-verify/
+gpu-verify: prereqs-build ## Build the read-only GPU verification kit into _output/gpu-verify/
 	@mkdir -p $(dir $(GPU_VERIFY))
 	CGO_ENABLED=1 $(GO) build -trimpath -tags netgo,osusergo -ldflags "-s -w" -o $(GPU_VERIFY) ./test/cmd/gpudra-gpu-verify
 	@size=$$(stat -c %s $(GPU_VERIFY)); echo "$(GPU_VERIFY): $$((size / 1048576)) MiB ($$size bytes); ldd:"; \
