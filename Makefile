@@ -18,7 +18,7 @@ PKGS := ./...
 BENCH_PKGS := ./internal/...
 
 
-.PHONY: all bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo e2e fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
+.PHONY: all prereqs-build prereqs-cluster prereqs-lint shellcheck tracked-files bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo e2e fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
 
 all: build
 
@@ -35,27 +35,40 @@ help: ## List the targets with what they do
 # perf and go tool nm need them).
 SHIP_BUILD_FLAGS ?= -tags grpcnotrace -ldflags "-s -w"
 
-build: sim-nvml-lib ## Build the binaries into _output/bin
+# Host packages beyond Go (hack/prereqs.txt): checked first, in milliseconds
+# when all are there; hack/prereqs.sh installs the missing ones with apt-get.
+PREREQS := ./hack/prereqs.sh
+prereqs-build: ## Check Go, gcc and libc6-dev (cgo); install what is missing
+	@$(PREREQS) build
+prereqs-lint: ## Check shellcheck; install it when missing
+	@$(PREREQS) lint
+# One call for both groups, so that a fresh machine gets one apt-get install.
+prereqs-cluster: ## Check (as root) what the local cluster needs: runc, CNI plugins, iptables, ...; install what is missing
+	@$(PREREQS) build cluster
+
+build: prereqs-build sim-nvml-lib ## Build the binaries into _output/bin
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(BIN)/ ./cmd/...
 	$(GO) build -trimpath -o $(BIN)/ ./test/cmd/...
 
 # The simulated libnvidia-ml of fake driver roots (test/nvmlsim; test-only, never shipped).
-sim-nvml-lib: ## Build the simulated NVML library into _output/lib
+sim-nvml-lib: prereqs-build ## Build the simulated NVML library into _output/lib
 	@mkdir -p $(OUTPUT)/lib
 	$(GO) build -buildmode=c-shared -trimpath -ldflags "-s -w" -o $(OUTPUT)/lib/libnvidia-ml-sim.so ./test/nvmlsim/lib
 	@rm -f $(OUTPUT)/lib/libnvidia-ml-sim.h
 
-test: unit e2e ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster with the chart-installed driver
+test: prereqs-cluster unit e2e ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster with the chart-installed driver
 
-unit: vet ## Unit tests with the race detector (go vet first)
+unit: vet ## Unit tests with the race detector (go vet first), demo/lib_test.sh
 	$(GO) test -race -count=1 $(PKGS)
 	$(GO) test -race -count=1 -tags failpoints ./internal/plugin/failpoint/ ./internal/plugin/prepare/
+	bash demo/lib_test.sh
 
 k8s-binaries: ## etcd + Kubernetes binaries for the local cluster (cached in _output/bin)
 	./hack/build-k8s.sh
 
-E2E_DEPS := build k8s-binaries containerd images $(HELM)
+# prereqs-cluster first: a fresh machine learns what it lacks before the long builds.
+E2E_DEPS := prereqs-cluster build k8s-binaries containerd images $(HELM)
 # The suite's output, then each failed test's output again: CI shows only the tail.
 FAILED_TESTS = $(GO) run ./test/cmd/gpudra-failed-tests
 e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-installed driver (E2E_KEEP_CLUSTER=1 keeps it)
@@ -80,7 +93,7 @@ test-faults: $(E2E_DEPS) images-failpoints ## Fault injection on the containerd 
 bench-report: $(E2E_DEPS) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
 	test/bench/run.sh
 
-demo: build k8s-binaries containerd images $(HELM) ## The README's first command
+demo: $(E2E_DEPS) ## The README's first command
 	./demo/run.sh
 
 notebooks: $(E2E_DEPS) ## Run demo/notebooks/*.ipynb on the local cluster and save their outputs
@@ -90,24 +103,27 @@ fuzz: ## Run every fuzz target briefly (FUZZTIME=10s by default)
 	@for t in "FuzzDecode ./api/v1alpha1" "FuzzDecode ./internal/plugin/checkpoint"; do \
 	  set -- $$t; echo "== $$1 $$2"; $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-10s} $$2 || exit 1; done
 
-vet: ## go vet of every package, with every build tag (once: lint and test share it)
+vet: prereqs-build ## go vet of every package, with every build tag (once: lint and test share it)
 	$(GO) vet -tags e2e,failpoints,faults $(PKGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-lint: vet $(GOLANGCI_LINT) helm-lint shellcheck ## go vet + golangci-lint + helm lint + shellcheck
+lint: prereqs-lint tracked-files vet $(GOLANGCI_LINT) helm-lint shellcheck ## Git tracks only source, go vet + golangci-lint + helm lint + shellcheck
 	$(GOLANGCI_LINT) run --build-tags e2e,failpoints,faults $(PKGS)
 
+tracked-files: ## Fail on a tracked binary or a file over 300 KiB that hack/large-files.txt does not list with its reason
+	$(GO) run ./test/cmd/gpudra-tracked-files
+
 SHELL_SCRIPTS = $(shell git ls-files '*.sh' .ci/run)
-shellcheck: ## shellcheck of every shell script in the repository
+shellcheck: prereqs-lint ## shellcheck of every shell script in the repository
 	shellcheck -x $(SHELL_SCRIPTS)
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(dir $@)
 	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
-bench: ## Benchmarks (prepare/unprepare, slice building); numbers go in README
+bench: prereqs-build ## Benchmarks (prepare/unprepare, slice building); numbers go in README
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -run '^$$' -bench . -benchmem -count=$${COUNT:-1} $(BENCH_PKGS) | tee $(OUTPUT)/bench/unit.txt
 
@@ -127,7 +143,7 @@ fake-driver-root: build ## Fake driver root for a simulated node: make fake-driv
 # The local cluster (test/localcluster): real control plane, per simulated GPU node a containerd
 # and a kubelet, the driver installed with `helm install` of the chart. gpudra-cluster is its CLI.
 CLUSTER := $(BIN)/gpudra-cluster
-cluster-up: build k8s-binaries containerd images $(HELM) ## Start the local cluster with simulated GPU nodes and the driver installed by its Helm chart
+cluster-up: $(E2E_DEPS) ## Start the local cluster with simulated GPU nodes and the driver installed by its Helm chart
 	$(CLUSTER) up
 
 cluster-down: ## Stop the local cluster and remove _output/localcluster
@@ -177,7 +193,7 @@ check-dockerfile: ## Run the Dockerfile's build-stage RUN commands as plain shel
 IMAGES_DIR := $(OUTPUT)/images
 IMAGE_BIN := $(IMAGES_DIR)/bin
 BUSYBOX_ROOT := $(OUTPUT)/busybox-static
-images: busybox-static ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev) images as OCI tarballs in _output/images, no Docker
+images: prereqs-build busybox-static ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev) images as OCI tarballs in _output/images, no Docker
 	@mkdir -p $(IMAGE_BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(IMAGE_BIN)/ ./test/cmd/gpudra-pause ./test/cmd/gpudra-gpus
 	CGO_ENABLED=1 $(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(IMAGE_BIN)/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller
@@ -188,21 +204,20 @@ images: busybox-static ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev)
 # to its own directory, so the cluster imports it only when the fault suite
 # asks (gpudra-images refuses it as the shipped image and vice versa).
 FAILPOINTS_DIR := $(IMAGES_DIR)/failpoints
-images-failpoints: ## ghcr.io/gpudra/gpudra:failpoints (plugin built with -tags failpoints) in _output/images/failpoints, for make test-faults
+images-failpoints: prereqs-build ## ghcr.io/gpudra/gpudra:failpoints (plugin built with -tags failpoints) in _output/images/failpoints, for make test-faults
 	@mkdir -p $(FAILPOINTS_DIR)/bin
 	CGO_ENABLED=1 $(GO) build -trimpath -tags grpcnotrace,failpoints -ldflags "-s -w" -o $(FAILPOINTS_DIR)/bin/ ./cmd/gpu-kubelet-plugin
 	CGO_ENABLED=1 $(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(FAILPOINTS_DIR)/bin/ ./cmd/gpu-controller
 	$(GO) run ./test/cmd/gpudra-images build-failpoints --out $(FAILPOINTS_DIR) --bin-dir $(FAILPOINTS_DIR)/bin
 
 # The workload image's shell and tools: Debian's busybox-static package, from
-# the archive (apt-get download) or, without one, from the apt cache.
+# the archive (apt-get download, after apt-get update where the package index
+# lacks it) or, without one, from the apt cache.
 busybox-static: $(BUSYBOX_ROOT)/bin/busybox ## Debian's busybox-static package unpacked into _output/busybox-static
 
 $(BUSYBOX_ROOT)/bin/busybox:
 	@rm -rf $(OUTPUT)/deb/busybox-static && mkdir -p $(OUTPUT)/deb/busybox-static
-	cd $(OUTPUT)/deb/busybox-static && apt-get download busybox-static || \
-	  cp /var/cache/apt/archives/busybox-static_*.deb . || \
-	  { echo "busybox-static: apt-get download failed and the apt cache has no busybox-static_*.deb; run apt-get update" >&2; exit 1; }
+	$(PREREQS) apt-download busybox-static $(OUTPUT)/deb/busybox-static
 	rm -rf $(BUSYBOX_ROOT)
 	dpkg-deb -x "$$(ls $(OUTPUT)/deb/busybox-static/busybox-static_*.deb | tail -1)" $(BUSYBOX_ROOT)
 	@test -x $@ || { echo "busybox-static: the package has no bin/busybox" >&2; exit 1; }
@@ -213,7 +228,7 @@ $(BUSYBOX_ROOT)/bin/busybox:
 # but the C library dynamically or reaches 64 MiB; it needs the glibc of the
 # build machine or newer (printed).
 GPU_VERIFY := $(OUTPUT)/gpu-verify/gpudra-gpu-verify
-gpu-verify: ## Build the read-only GPU verification kit into _output/gpu-verify/
+gpu-verify: prereqs-build ## Build the read-only GPU verification kit into _output/gpu-verify/
 	@mkdir -p $(dir $(GPU_VERIFY))
 	CGO_ENABLED=1 $(GO) build -trimpath -tags netgo,osusergo -ldflags "-s -w" -o $(GPU_VERIFY) ./test/cmd/gpudra-gpu-verify
 	@size=$$(stat -c %s $(GPU_VERIFY)); echo "$(GPU_VERIFY): $$((size / 1048576)) MiB ($$size bytes); ldd:"; \

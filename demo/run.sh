@@ -11,6 +11,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+# shellcheck source=demo/lib.sh
+source "$root/demo/lib.sh"
 cluster="$root/_output/bin/gpudra-cluster"
 kubectl="$root/_output/bin/kubectl"
 ns=demo
@@ -91,28 +93,10 @@ load_products() {
   done < <("$kubectl" get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.attributes.uuid.string}{"\t"}{.attributes.productName.string} {.attributes.profile.string}{"\n"}{end}')
 }
 
-# gpus prints a container's "GPU n: ... (UUID: X)" lines, one per device it
-# sees (MIG devices instead of their GPU), with the slice's product name.
+# gpus prints the GPUs a container sees, as the container printed them
+# (gpu_list, demo/lib.sh).
 gpus() {
-  local out line uuid profile parent='?' list=()
-  out=$("$kubectl" -n "$ns" logs "$1" -c "$2" 2>&1 || true)
-  while IFS= read -r line; do
-    if [[ $line =~ \(UUID:\ ([^\)]+)\) ]]; then
-      uuid=${BASH_REMATCH[1]}
-      if [[ $line =~ ^[[:space:]]+MIG[[:space:]] ]]; then
-        unset 'list[${#list[@]}-1]'  # the parent GPU's line
-        # "  MIG 1g.10gb     Device  0: (UUID: MIG-...)", like nvidia-smi -L;
-        # the parent's line above it names the product.
-        read -r _ profile _ <<<"$line"
-        [ "$profile" = Device ] && profile=${products[$uuid]:-device}
-        list+=("MIG $profile of $parent ($uuid)")
-      else
-        parent=${products[$uuid]:-$(sed -E 's/^GPU [0-9]+: (.*) \(UUID: .*$/\1/' <<<"$line")}
-        list+=("$parent ($uuid)")
-      fi
-    fi
-  done <<<"$out"
-  if [ ${#list[@]} -eq 0 ]; then echo "none: $(head -c 150 <<<"$out")"; else (IFS=';'; echo "${list[*]}"); fi
+  "$kubectl" -n "$ns" logs "$1" -c "$2" 2>&1 | gpu_list || true
 }
 
 # report prints, per pod and container, the node and the GPUs it sees.

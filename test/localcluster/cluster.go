@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,34 +29,54 @@ func (c *Cluster) Running() (up, total int) {
 	return up, total
 }
 
-// preflight checks what `up` needs before anything starts.
+// preflight checks what `up` needs before anything starts: root, the host
+// packages of hack/prereqs.txt (which hack/prereqs.sh installs), the files the
+// cluster's config names, and what make builds.
 func (c *Cluster) preflight() error {
 	if os.Geteuid() != 0 {
 		return errors.New("must run as root: the nodes mount, create cgroups and run containers")
 	}
-	var missing []string
+	var errs []error
+	pkgs, err := missingHostPackages(c.cfg.RepoRoot)
+	if err != nil {
+		return fmt.Errorf("host prerequisites: %w", err)
+	}
+	if len(pkgs) > 0 {
+		errs = append(errs, fmt.Errorf("missing host packages: %s; install them with `hack/prereqs.sh cluster` as root "+
+			"(make cluster-up, make demo and make test run it first)", strings.Join(pkgs, ", ")))
+	}
+	// Runc and CNIBinDir may be set elsewhere than hack/prereqs.txt's
+	// Debian paths; the list covers the defaults.
+	var other []string
+	for _, f := range []string{c.cfg.Runc, filepath.Join(c.cfg.CNIBinDir, "bridge"),
+		filepath.Join(c.cfg.CNIBinDir, "host-local"), filepath.Join(c.cfg.CNIBinDir, "portmap")} {
+		if !fileExists(f) && !slices.ContainsFunc(pkgs, func(p string) bool { return strings.HasSuffix(p, "("+f+")") }) {
+			other = append(other, f)
+		}
+	}
+	if len(other) > 0 {
+		errs = append(errs, fmt.Errorf("missing (the cluster's config names them: runc, cniBinDir): %s", strings.Join(other, ", ")))
+	}
+	var built []string
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet",
 		"kube-proxy", "kubectl", "containerd", "containerd-shim-runc-v2", "ctr",
 		"gpudra-fake-nvidia-smi", "gpudra-fake-mps-control"} {
-		if _, err := os.Stat(c.bin(b)); err != nil {
-			missing = append(missing, c.bin(b))
+		if !fileExists(c.bin(b)) {
+			built = append(built, c.bin(b))
 		}
 	}
-	for _, f := range []string{c.cfg.Helm, c.cfg.SimNVMLLibrary, c.cfg.Runc, filepath.Join(c.cfg.CNIBinDir, "bridge"),
-		filepath.Join(c.cfg.CNIBinDir, "host-local")} {
-		if _, err := os.Stat(f); err != nil {
-			missing = append(missing, f)
+	for _, f := range []string{c.cfg.Helm, c.cfg.SimNVMLLibrary} {
+		if !fileExists(f) {
+			built = append(built, f)
 		}
 	}
-	for _, tool := range []string{"nsenter", "unshare", "mount", "umount", "ip", "iptables"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing = append(missing, tool)
-		}
+	if len(built) > 0 {
+		errs = append(errs, fmt.Errorf("not built (`make cluster-up` builds them, then starts the cluster): %s", strings.Join(built, ", ")))
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("missing (run `make cluster-up`, which builds and installs them): %s", strings.Join(missing, ", "))
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
-	_, err := cgroupHierarchies()
+	_, err = cgroupHierarchies()
 	return err
 }
 

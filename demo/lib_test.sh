@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Tests of demo/lib.sh (make unit): what the demo shows for what a container
+# printed.
+set -euo pipefail
+# shellcheck source=demo/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+declare -A products=([GPU-h1]="NVIDIA H100 80GB HBM3" [MIG-x]="NVIDIA H100 80GB HBM3 1g.10gb")
+failed=0
+check() {
+  local name=$1 in=$2 want=$3 got
+  got=$(gpu_list <<<"$in")
+  if [ "$got" != "$want" ]; then
+    printf 'FAIL %s\n  got:  %s\n  want: %s\n' "$name" "$got" "$want"
+    failed=1
+  fi
+}
+
+check "whole GPUs" \
+  $'GPU 0: NVIDIA L4 (UUID: GPU-l4a)\nGPU 1: NVIDIA L4 (UUID: GPU-l4b)' \
+  'NVIDIA L4 (GPU-l4a);NVIDIA L4 (GPU-l4b)'
+check "the slice's product name wins" \
+  'GPU 0: unknown product (UUID: GPU-h1)' \
+  'NVIDIA H100 80GB HBM3 (GPU-h1)'
+check "one MIG device replaces its GPU" \
+  $'GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-a)\n  MIG 3g.20gb     Device  0: (UUID: MIG-1)' \
+  'MIG 3g.20gb of NVIDIA A100-SXM4-40GB (MIG-1)'
+# demo 09's mig-pair: the container printed two MIG devices of one GPU.
+check "two MIG devices of one GPU" \
+  $'GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-a)\n  MIG 1g.5gb      Device  0: (UUID: MIG-1)\n  MIG 1g.5gb      Device  1: (UUID: MIG-2)' \
+  'MIG 1g.5gb of NVIDIA A100-SXM4-40GB (MIG-1);MIG 1g.5gb of NVIDIA A100-SXM4-40GB (MIG-2)'
+check "MIG devices of two GPUs, a whole GPU after them" \
+  $'GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-a)\n  MIG 1g.5gb      Device  0: (UUID: MIG-1)\nGPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-b)\n  MIG 2g.10gb     Device  0: (UUID: MIG-2)\n  MIG 1g.5gb      Device  1: (UUID: MIG-3)\nGPU 2: NVIDIA L4 (UUID: GPU-c)' \
+  'MIG 1g.5gb of NVIDIA A100-SXM4-40GB (MIG-1);MIG 2g.10gb of NVIDIA A100-SXM4-40GB (MIG-2);MIG 1g.5gb of NVIDIA A100-SXM4-40GB (MIG-3);NVIDIA L4 (GPU-c)'
+check "no profile in the line: the slice's" \
+  $'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-h1)\n  MIG Device 0: GI 1 CI 0 (UUID: MIG-x)\n  MIG Device 1: GI 2 CI 0 (UUID: MIG-y)' \
+  'MIG NVIDIA H100 80GB HBM3 1g.10gb of NVIDIA H100 80GB HBM3 (MIG-x);MIG device of NVIDIA H100 80GB HBM3 (MIG-y)'
+check "nothing visible" \
+  'gpudra-gpus: no GPU visible in this container' \
+  'none: gpudra-gpus: no GPU visible in this container'
+
+[ "$failed" = 0 ] && echo "demo/lib_test.sh: ok"
+exit "$failed"
