@@ -18,7 +18,7 @@ PKGS := ./...
 BENCH_PKGS := ./internal/...
 
 
-.PHONY: all prereqs-build prereqs-cluster prereqs-lint shellcheck tracked-files bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo e2e fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
+.PHONY: all prereqs-build prereqs-cluster prereqs-lint shellcheck tracked-files bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo doclinks e2e fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
 
 all: build
 
@@ -109,11 +109,14 @@ vet: prereqs-build ## go vet of every package, with every build tag (once: lint 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-lint: prereqs-lint tracked-files vet $(GOLANGCI_LINT) helm-lint shellcheck ## Git tracks only source, go vet + golangci-lint + helm lint + shellcheck
+lint: prereqs-lint tracked-files vet $(GOLANGCI_LINT) helm-lint shellcheck doclinks ## Git tracks only source, go vet + golangci-lint + helm lint + shellcheck + Markdown links
 	$(GOLANGCI_LINT) run --build-tags e2e,failpoints,faults $(PKGS)
 
 tracked-files: ## Fail on a tracked binary or a file over 300 KiB that hack/large-files.txt does not list with its reason
 	$(GO) run ./test/cmd/gpudra-tracked-files
+
+doclinks: ## Every relative link (and #anchor) in README.md, docs/ and the other *.md files resolves
+	$(GO) run ./test/cmd/gpudra-doclinks .
 
 SHELL_SCRIPTS = $(shell git ls-files '*.sh' .ci/run)
 shellcheck: prereqs-lint ## shellcheck of every shell script in the repository
