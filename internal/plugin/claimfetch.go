@@ -17,46 +17,9 @@ import (
 	"google.golang.org/grpc"
 )
 
-// How the kubelet-plugin helper's claim reads are made fast without making
-// them any less fresh.
-//
-// For every NodePrepareResources call the helper (k8s.io/dynamic-resource-
-// allocation/kubeletplugin v0.37) GETs each claim from the API server, one
-// after the other, through the client it was given, and checks the UID and
-// the allocation before the driver sees the claim. Measured over dra.sock on
-// the development machine, two things made that slow, neither of them the
-// read itself (≈ 0.9 ms for a quorum GET):
-//
-//  1. client-go's token bucket: with the plugin's --kube-api-qps=200 a
-//     benchmark hammering dra.sock is throttled to 200 claims/s, so 8 claims
-//     in one call took 30–40 ms and 8 parallel callers made 180 cycles/s.
-//  2. sequential GETs: 8 claims in one call cost 8 round trips (≈ 14 ms with
-//     the limit lifted); issued concurrently they cost about 3 ms.
-//
-// The fix keeps the reads exactly as they are — consistent (quorum) GETs,
-// with the helper's own UID and allocation checks — and changes only when
-// and how they are issued:
-//
-//   - Claim GETs bypass the client-side token bucket (unthrottledClaims).
-//     Every such GET answers one claim of a NodePrepareResources call, and
-//     the kubelet quorum-reads the same claim through its own rate-limited
-//     client right before it calls, so the plugin adds at most one read per
-//     kubelet read; the API server's priority and fairness still applies.
-//     Slice publishing keeps the limit.
-//   - A gRPC interceptor fetches all claims of a call concurrently before the
-//     helper's handler runs and hands the results to the helper's GETs
-//     through the call's context (claimFetcher). Nothing outlives the call:
-//     there is no cache, so nothing can be stale across calls.
-//
-// Serving the GETs from the API server's watch cache (resourceVersion "0")
-// was measured too (0.5 ms instead of 0.9 ms) and rejected: the cache may lag
-// behind etcd without bound, and a lagging copy of a claim can carry an
-// allocation that has since been withdrawn and replaced (the scheduler
-// un-reserves and deallocates when binding fails, then allocates again, with
-// the same claim UID and the same pod in reservedFor). NodePrepareResources
-// does not tell the plugin which pod or which resourceVersion the kubelet saw,
-// so the plugin has nothing that proves a cached copy current; the node
-// authorizer also forbids the plugin to watch claims, so no informer either.
+// The helper's claim reads are issued concurrently per call and without the
+// client-side rate limit, and stay consistent reads; nothing is cached.
+// Design and measurements: docs/design/claim-fetch.md.
 
 // claimGetFunc reads one claim.
 type claimGetFunc func(ctx context.Context, namespace, name string, opts metav1.GetOptions) (*resourceapi.ResourceClaim, error)

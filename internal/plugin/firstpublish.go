@@ -22,27 +22,9 @@ import (
 // none of this driver, so that a new node's GPUs become allocatable without
 // waiting for the helper's ResourceSlice controller.
 //
-// Why: resourceslice.StartController (k8s.io/dynamic-resource-allocation
-// v0.37, called by Helper.PublishResources) starts its informer and then
-// checks HasSynced in a loop that sleeps one second before checking again,
-// so the first slice appears ≥ 1 s after start no matter how fast the LIST
-// is (measured: plugin start → dra.sock 32 ms, → slice visible 1 042 ms). No
-// option changes that loop (SyncDelay only delays re-syncs after events).
-//
-// Why it is sound: the controller stays the only owner of the slices. Our
-// create completes before PublishResources starts the controller, whose
-// informer begins with a consistent LIST, so the controller always sees what
-// we created. The slices are what it would create itself: same content,
-// same pool generation, the Node as controlling owner, and names in its own
-// scheme (hex index, driver, node, random suffix), by which it matches
-// existing slices to the desired ones. If they match, it writes nothing; if
-// anything differs (a different library version, a changed scheme), it
-// updates them or replaces them with a newer pool generation, which the
-// scheduler prefers — the worst case is one extra write, never a wrong
-// device. Nothing is created when the node already has slices of the driver
-// (a restart), so the controller alone handles every update. The plugin
-// passes the publisher's resources, health taints included, so a GPU found
-// broken at start-up is tainted in the very first slice too.
+// The resourceslice controller stays the slices' only owner: it adopts
+// these (same content, names and pool generation) and writes nothing.
+// Design and measurements: docs/design/first-publish.md.
 func publishFirst(ctx context.Context, client kubernetes.Interface, driverName, nodeName string, resources resourceslice.DriverResources) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
