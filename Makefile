@@ -18,7 +18,7 @@ PKGS := ./...
 BENCH_PKGS := ./internal/...
 
 
-.PHONY: all prereqs-build prereqs-cluster prereqs-lint shellcheck tracked-files bench bench-cluster bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo doclinks e2e fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
+.PHONY: all prereqs-build prereqs-cluster prereqs-lint shellcheck tracked-files bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo doclinks e2e fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
 
 all: build
 
@@ -90,8 +90,12 @@ bench-drasock: $(E2E_DEPS) ## NodePrepare/NodeUnprepare over a plugin's dra.sock
 test-faults: $(E2E_DEPS) images-failpoints ## Fault injection on the containerd cluster: the plugin pod killed at each failpoint under pod churn, kill -9 in a rollback past the kubelet's deadline, corrupt checkpoint, API outage, rolling update
 	set -o pipefail; $(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/ 2>&1 | $(FAILED_TESTS)
 
-bench-report: $(E2E_DEPS) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json
+bench-report: $(E2E_DEPS) ## All benchmarks on the local cluster -> _output/bench/report.md + report.json + performance.md
 	test/bench/run.sh
+
+bench-docs: ## Copy the last bench-report's generated page to docs/performance.md (run make bench-report first)
+	@test -f $(OUTPUT)/bench/performance.md || { echo "no $(OUTPUT)/bench/performance.md: run make bench-report first" >&2; exit 1; }
+	cp $(OUTPUT)/bench/performance.md docs/performance.md
 
 demo: $(E2E_DEPS) ## The README's first command
 	./demo/run.sh
@@ -126,7 +130,7 @@ $(GOLANGCI_LINT):
 	@mkdir -p $(dir $@)
 	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
-bench: prereqs-build ## Benchmarks (prepare/unprepare, slice building); numbers go in README
+bench: prereqs-build ## In-process benchmarks (prepare/unprepare, slice building); the figures of record come from make bench-report
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -run '^$$' -bench . -benchmem -count=$${COUNT:-1} $(BENCH_PKGS) | tee $(OUTPUT)/bench/unit.txt
 

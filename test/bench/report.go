@@ -193,7 +193,7 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		}
 	}
 	if r.SideBySide != nil {
-		writeSideBySide(&b, r.SideBySide)
+		writeSideBySide(&b, r.SideBySide, false)
 	}
 	writeBreakdown(&b, r.Raw)
 	group := ""

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench-report: runs gpudra's benchmarks on the local cluster and writes
 # _output/bench/report.md and report.json (figures, targets, reference
-# drivers, machine). The raw `go test -bench` outputs stay next to them.
+# drivers, machine) and performance.md, the page `make bench-docs` copies to
+# docs/performance.md. The raw `go test -bench` outputs stay next to them.
 #
 # Environment: N_DRASOCK (dra.sock iterations, 200), N_PODS (pods per case,
 # 50), N_START (plugin starts, 5), KEEP_CLUSTER=1 (leave the cluster up),
@@ -59,7 +60,11 @@ go run ./test/cmd/bench-report -out "$out" \
 	-machine "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
 	-machine "cpus=$(nproc)" \
 	-machine "memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)" \
+	-machine "filesystem=$(findmnt -no FSTYPE,SOURCE -T "${GPUDRA_BENCH_DIR:-/var/lib}" 2>/dev/null | tr -s ' ' || echo unknown)" \
+	-machine "go=$(go env GOVERSION)" \
+	-machine "kubernetes=$(_output/bin/kube-apiserver --version 2>/dev/null | awk '{print $2}' || echo unknown)" \
+	-machine "containerd=$(_output/bin/containerd --version 2>/dev/null | awk '{print $3}' || echo unknown)" \
 	-machine "load before=$load_before" \
 	-machine "load after=$(cut -d' ' -f1-3 /proc/loadavg)" \
 	"${inputs[@]}"
-echo "wrote $out/report.md and $out/report.json"
+echo "wrote $out/report.md, $out/report.json and $out/performance.md (make bench-docs copies it to docs/performance.md)"

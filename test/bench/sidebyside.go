@@ -109,11 +109,15 @@ func BuildSideBySide(res Results) []SideRow {
 	return rows
 }
 
-func writeSideBySide(b *strings.Builder, rows []SideRow) {
+// writeSideBySide writes the table; omitNotRun leaves out figures that were not measured.
+func writeSideBySide(b *strings.Builder, rows []SideRow, omitNotRun bool) {
 	b.WriteString("\n## Side by side\n\n| figure | gpudra | target | met | dra-example-driver, shipped | dra-example-driver, rate limit lifted |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		v := r.Gpudra
 		if v == "" {
+			if omitNotRun {
+				continue
+			}
 			v = "not run"
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", r.Figure, v, r.Target, metString(r.Met), r.Shipped, r.Lifted)
@@ -138,20 +142,30 @@ func writeBreakdown(b *strings.Builder, res Results) {
 	if _, ok := res["BenchmarkDRASock/1-gpu-claim"]; !ok {
 		return
 	}
-	b.WriteString("\n## Where the time goes (dra.sock)\n\nCPU per prepare+unprepare cycle (ms) by process; the API server, etcd and the plugin share the machine's cores:\n\n" +
-		"| case | plugin | kube-apiserver | etcd | benchmark client | rest of the machine | status writes per claim cycle |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n## Where the time goes (dra.sock)\n")
+	var cpuRows []string
 	for _, c := range breakdownCases {
 		m := res["BenchmarkDRASock/"+c]
-		if m == nil {
+		if _, ok := m["cpu-plugin-ms/cycle"]; !ok {
 			continue
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", c, f2(m, "cpu-plugin-ms/cycle"), f2(m, "cpu-kube-apiserver-ms/cycle"),
-			f2(m, "cpu-etcd-ms/cycle"), f2(m, "cpu-bench-ms/cycle"), f2(m, "cpu-other-ms/cycle"), f2(m, "status-writes/claim-cycle"))
+		cpuRows = append(cpuRows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |\n", c, f2(m, "cpu-plugin-ms/cycle"), f2(m, "cpu-kube-apiserver-ms/cycle"),
+			f2(m, "cpu-etcd-ms/cycle"), f2(m, "cpu-bench-ms/cycle"), f2(m, "cpu-other-ms/cycle"), f2(m, "status-writes/claim-cycle")))
+	}
+	if len(cpuRows) > 0 {
+		b.WriteString("\nCPU per prepare+unprepare cycle (ms) by process; the API server, etcd and the plugin share the machine's cores:\n\n" +
+			"| case | plugin | kube-apiserver | etcd | benchmark client | rest of the machine | status writes per claim cycle |\n|---|---|---|---|---|---|---|\n")
+		b.WriteString(strings.Join(cpuRows, ""))
+	}
+	phases := breakdownRows(res)
+	if len(phases) == 0 {
+		b.WriteString("\nThis run recorded no CPU or phase breakdown.\n")
+		return
 	}
 	b.WriteString("\nPhases of one claim's prepare and unprepare inside the plugin (µs, mean / upper bound of the bucket holding the p99), " +
 		"the claim read from the API server and the whole call as the plugin serves it:\n\n| phase | ")
 	b.WriteString(strings.Join(breakdownCases, " | ") + " |\n|---|" + strings.Repeat("---|", len(breakdownCases)) + "\n")
-	for _, row := range breakdownRows(res) {
+	for _, row := range phases {
 		fmt.Fprintf(b, "| %s |", row)
 		for _, c := range breakdownCases {
 			m := res["BenchmarkDRASock/"+c]
@@ -168,7 +182,7 @@ func writeBreakdown(b *strings.Builder, res Results) {
 		}
 		b.WriteString("\n")
 	}
-	if m := res["BenchmarkDRASock/plugin-memory"]; m != nil {
+	if m := res["BenchmarkDRASock/plugin-memory"]; m["fs-create-remove-µs"] != 0 {
 		fmt.Fprintf(b, "\nCreating and removing one small file in the plugin's directory: %s µs (the plugin does that about five times per cycle).\n",
 			f2(m, "fs-create-remove-µs"))
 	}

@@ -1,8 +1,9 @@
 // Command bench-report writes the performance report (report.md and
 // report.json) from the `go test -bench` outputs that `make bench-report`
-// collects.
+// collects, and performance.md, the page make bench-docs copies to
+// docs/performance.md (machine, figures; no commit or load averages).
 //
-//	bench-report -out _output/bench _output/bench/*.txt
+//	bench-report -out _output/bench -machine cpu=... _output/bench/*.txt
 package main
 
 import (
@@ -16,7 +17,7 @@ import (
 )
 
 func main() {
-	out := flag.String("out", "_output/bench", "directory for report.md and report.json")
+	out := flag.String("out", "_output/bench", "directory for report.md, report.json and performance.md")
 	var machine []string
 	flag.Func("machine", "key=value describing the machine (repeatable)", func(s string) error {
 		machine = append(machine, s)
@@ -50,6 +51,8 @@ func run(out string, machine, inputs []string) error {
 	for name, write := range map[string]func(*os.File) error{
 		"report.md":   func(f *os.File) error { return r.WriteMarkdown(f) },
 		"report.json": func(f *os.File) error { return r.WriteJSON(f) },
+		// performance.md: make bench-docs copies it to docs/performance.md.
+		"performance.md": func(f *os.File) error { return r.WriteDocs(f) },
 	} {
 		f, err := os.Create(filepath.Join(out, name))
 		if err != nil {
