@@ -122,7 +122,7 @@ func writeSideBySide(b *strings.Builder, rows []SideRow, omitNotRun bool) {
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", r.Figure, v, r.Target, metString(r.Met), r.Shipped, r.Lifted)
 	}
-	fmt.Fprintf(b, "\n%s.\n", referenceSource)
+	fmt.Fprintf(b, "\n%s\n", wrap(referenceSource+"."))
 }
 
 func metString(met *bool) string {
