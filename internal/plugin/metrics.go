@@ -62,8 +62,8 @@ func serveMetrics(ctx context.Context, o *Options, m *prepare.Manager, hs *healt
 	return addr, nil
 }
 
-// Metric names of the plugin's calls and API writes, documented in the
-// README.
+// Metric names of the plugin's calls and API writes, documented in
+// docs/health-and-telemetry.md.
 const (
 	MetricCallSeconds        = "gpudra_plugin_call_duration_seconds"
 	MetricClaimReadSeconds   = "gpudra_plugin_claim_read_duration_seconds"

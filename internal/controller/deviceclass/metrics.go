@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metric names, documented in the README.
+// Metric names, documented in docs/health-and-telemetry.md.
 const (
 	MetricReconciles       = "gpudra_controller_reconciles_total"
 	MetricReconcileSeconds = "gpudra_controller_reconcile_duration_seconds"

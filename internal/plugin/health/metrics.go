@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metric names, documented in the README.
+// Metric names, documented in docs/health-and-telemetry.md.
 const (
 	MetricEvents        = "gpudra_plugin_health_events_total"
 	MetricDevicesHealth = "gpudra_plugin_devices_by_health"

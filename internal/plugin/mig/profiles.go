@@ -17,7 +17,7 @@ import (
 // ResourceSlice, and the scheduler's allocator examines every device of a
 // node for every claim it places there, so publishing only the profiles a
 // cluster uses makes scheduling on dynamic-MIG nodes proportionally cheaper
-// (README: Performance). Only publication changes: the GPU's geometry keeps
+// (docs/design/scheduler-scale.md). Only publication changes: the GPU's geometry keeps
 // every profile, so its counters are unchanged (what is published can never
 // over-allocate a GPU) and recovery, cleanup and MIG mode changes see MIG
 // devices of every profile, also those of claims prepared before the flag

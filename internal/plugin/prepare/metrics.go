@@ -11,7 +11,7 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/sharing"
 )
 
-// Metric names, documented in the README.
+// Metric names, documented in docs/health-and-telemetry.md.
 const (
 	MetricPrepareSeconds    = "gpudra_plugin_prepare_duration_seconds"
 	MetricUnprepareSeconds  = "gpudra_plugin_unprepare_duration_seconds"

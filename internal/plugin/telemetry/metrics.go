@@ -10,7 +10,7 @@ import (
 	"github.com/gpudra/gpudra/internal/shared/telemetry/names"
 )
 
-// Metric names (internal/shared/telemetry/names), documented in the README.
+// Metric names (internal/shared/telemetry/names), documented in docs/health-and-telemetry.md.
 const (
 	MetricUtilization    = names.MetricUtilization
 	MetricMemoryUsed     = names.MetricMemoryUsed

@@ -4,7 +4,7 @@
 // which must not link the NVML bindings.
 package names
 
-// Metric names, documented in the README (GPU telemetry).
+// Metric names, documented in docs/health-and-telemetry.md (GPU telemetry).
 const (
 	MetricUtilization    = "gpudra_gpu_utilization_ratio"
 	MetricMemoryUsed     = "gpudra_gpu_memory_used_bytes"
