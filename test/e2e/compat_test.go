@@ -157,7 +157,7 @@ spec:
 	})
 }
 
-// removeOtherDriversClasses does what the README's migration guide tells an
+// removeOtherDriversClasses does what docs/nvidia-compatibility.md tells an
 // operator switching the chart from one driver name to the other: delete the
 // DeviceClasses kept for the old name (they map the same extended resources,
 // nvidia.com/gpu and nvidia.com/mig-*, and the scheduler may pick one whose
@@ -184,7 +184,7 @@ func removeOtherDriversClasses(t *testing.T, oldDriver string) {
 	// class naming it is deleted, although the remaining class names it too:
 	// until that class changes, pods asking for nvidia.com/gpu fail with
 	// "Insufficient nvidia.com/gpu". Touching the remaining classes maps them
-	// again (the README's migration guide says so).
+	// again (docs/nvidia-compatibility.md says so).
 	classes, err = client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Errorf("list DeviceClasses: %v", err)

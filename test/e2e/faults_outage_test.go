@@ -23,7 +23,7 @@ import (
 
 // testCorruptCheckpoint truncates the record of a running pod's claim and
 // kills the plugin (kill -9, as the OOM killer would): the container the
-// kubelet starts again must refuse to start and name the file (README,
+// kubelet starts again must refuse to start and name the file (docs/reliability.md,
 // "Recovering a corrupted checkpoint"); with the file restored, as the
 // documented recovery says, the kubelet's next restart starts it and the
 // pod's claim is intact.

@@ -123,7 +123,7 @@ func gpusOf(node *model.Node, names []string) []*model.GPU {
 	return out
 }
 
-// checkSpecDevices checks what gpudra's spec promises per GPU (README:
+// checkSpecDevices checks what gpudra's spec promises per GPU (docs/reliability.md:
 // CDI): a device "<claimUID>-gpu-<minor>" with /dev/nvidia<minor>,
 // NVIDIA_VISIBLE_DEVICES with the claim's GPUs (one request) and
 // GPUDRA_GPU_<minor>=<uuid>.
