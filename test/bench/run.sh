@@ -62,8 +62,8 @@ go run ./test/cmd/bench-report -out "$out" \
 	-machine "memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)" \
 	-machine "filesystem=$(findmnt -no FSTYPE,SOURCE -T "${GPUDRA_BENCH_DIR:-/var/lib}" 2>/dev/null | tr -s ' ' || echo unknown)" \
 	-machine "go=$(go env GOVERSION)" \
-	-machine "kubernetes=$(_output/bin/kube-apiserver --version 2>/dev/null | awk '{print $2}' || echo unknown)" \
-	-machine "containerd=$(_output/bin/containerd --version 2>/dev/null | awk '{print $3}' || echo unknown)" \
+	-machine "kubernetes=$(cat _output/bin/.kube-apiserver.version 2>/dev/null || echo unknown)" \
+	-machine "containerd=$(cat _output/bin/.containerd.version 2>/dev/null || echo unknown)" \
 	-machine "load before=$load_before" \
 	-machine "load after=$(cut -d' ' -f1-3 /proc/loadavg)" \
 	"${inputs[@]}"
