@@ -86,7 +86,7 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 			msgs = append(msgs, c.Error())
 		}
 		return rep, fmt.Errorf("%w: %d record(s) cannot be read; the plugin will not start until they are resolved, "+
-			"because it cannot know which GPUs they hold (README: 'Recovering a corrupted checkpoint'):\n  %s",
+			"because it cannot know which GPUs they hold (docs/reliability.md, 'Recovering a corrupted checkpoint'):\n  %s",
 			ErrCorruptCheckpoint, len(loaded.Corrupt), strings.Join(msgs, "\n  "))
 	}
 	for _, rec := range loaded.Stale {
