@@ -4,6 +4,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 // StubLibrary is a driver library the root holds as a stub: nvcdi mounts
@@ -110,14 +112,14 @@ func (w *writer) mkdir(rel string) {
 // file writes a new file (never in place: a running process may have the
 // old one mapped) and gives it mode, whatever the umask.
 func (w *writer) file(rel string, data []byte, mode os.FileMode) {
-	w.create(rel, mode, func(f *os.File) error {
+	w.create(rel, mode, func(f io.Writer) error {
 		_, err := f.Write(data)
 		return err
 	})
 }
 
 func (w *writer) copyFile(src, rel string, mode os.FileMode) {
-	w.create(rel, mode, func(f *os.File) error {
+	w.create(rel, mode, func(f io.Writer) error {
 		in, err := os.Open(src)
 		if err != nil {
 			return err
@@ -128,32 +130,16 @@ func (w *writer) copyFile(src, rel string, mode os.FileMode) {
 	})
 }
 
-func (w *writer) create(rel string, mode os.FileMode, fill func(*os.File) error) {
+// create writes rel with atomicfile, without fsync: a fake driver root is
+// a test fixture, generated again whenever it is needed, so it need not
+// survive a power loss, and the hundreds of files of a root would each pay
+// for an fsync.
+func (w *writer) create(rel string, mode os.FileMode, fill func(io.Writer) error) {
 	w.mkdir(filepath.Dir(rel))
 	if w.err != nil {
 		return
 	}
-	path := w.path(rel)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
-	if err != nil {
-		w.fail(err)
-		return
-	}
-	err = fill(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, mode)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		w.fail(err)
-	}
+	w.fail(atomicfile.Write(w.path(rel), mode, atomicfile.SyncNone, fill))
 }
 
 // symlink creates rel -> target (target relative to rel's directory).

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 type daemon struct {
@@ -170,9 +172,5 @@ func (d *daemon) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(d.logDir, MPSStateFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(d.logDir, MPSStateFile))
+	return atomicfile.WriteFile(filepath.Join(d.logDir, MPSStateFile), b, 0o644)
 }

@@ -69,7 +69,7 @@ func (k *kit) claims(ctx context.Context, node *model.Node) {
 // directories and the node's real CDI edits; nil when it cannot.
 func (k *kit) newPreparer(ctx context.Context, s *Section, node *model.Node) *preparer {
 	p := &preparer{slicer: &refusingSlicer{}, node: wholeGPUNode(node)}
-	provider, err := k.cfg.Edits(k.lib, node)
+	provider, err := k.cfg.Edits(ctx, k.lib, node)
 	if !s.check(err, "create the CDI edits provider") {
 		return nil
 	}

@@ -1,6 +1,8 @@
 package gpuverify
 
 import (
+	"context"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpudra/gpudra/internal/plugin/cdi"
@@ -12,8 +14,8 @@ import (
 // nvcdi over NVML and the roots, with the nvidia-cdi-hook of
 // --nvidia-cdi-hook-path (empty: nvcdi's default, /usr/bin/nvidia-cdi-hook).
 func NvcdiEdits(r nvmllib.Roots, hookPath string) EditsFunc {
-	return func(lib nvml.Interface, _ *model.Node) (cdi.EditsProvider, error) {
-		return cdi.NewNvcdiEdits(lib, cdi.OptionsFor(r, hookPath))
+	return func(ctx context.Context, lib nvml.Interface, _ *model.Node) (cdi.EditsProvider, error) {
+		return cdi.NewNvcdiEdits(ctx, lib, cdi.OptionsFor(r, hookPath))
 	}
 }
 

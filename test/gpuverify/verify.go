@@ -43,8 +43,9 @@ const ReadOnlyStatement = "READ-ONLY on GPU settings: this kit never changes MIG
 	"and locks in a temporary directory that it removes."
 
 // EditsFunc returns the CDI edits provider of the node, as the plugin
-// computes it at start-up (on a real node: cdi.NewNvcdiEdits).
-type EditsFunc func(lib nvml.Interface, node *model.Node) (cdi.EditsProvider, error)
+// computes it at start-up (on a real node: cdi.NewNvcdiEdits, which logs
+// through ctx's logger).
+type EditsFunc func(ctx context.Context, lib nvml.Interface, node *model.Node) (cdi.EditsProvider, error)
 
 // Config of a run.
 type Config struct {

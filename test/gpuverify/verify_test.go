@@ -97,7 +97,7 @@ func newSimRun(t *testing.T, profile string) *simRun {
 			return r.server, nil
 		},
 		Library:    "simulated (" + profile + ")",
-		Edits:      func(nvml.Interface, *model.Node) (cdi.EditsProvider, error) { return r.edits, nil },
+		Edits:      func(context.Context, nvml.Interface, *model.Node) (cdi.EditsProvider, error) { return r.edits, nil },
 		NodeName:   "verify-node",
 		DriverName: "gpu.gpudra.io",
 		Watch:      time.Second,
@@ -275,7 +275,7 @@ func TestFailures(t *testing.T) {
 		{
 			name: "CDI edits cannot be computed",
 			setup: func(_ *testing.T, r *simRun) {
-				r.cfg.Edits = func(nvml.Interface, *model.Node) (cdi.EditsProvider, error) {
+				r.cfg.Edits = func(context.Context, nvml.Interface, *model.Node) (cdi.EditsProvider, error) {
 					return nil, errors.New("nvcdi: no driver")
 				}
 			},

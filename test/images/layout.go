@@ -19,6 +19,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 // Media types and annotations of the OCI image spec and containerd.
@@ -157,23 +159,11 @@ func Write(path string, img Image) (*Written, error) {
 		return nil, fmt.Errorf("image %s: index: %w", img.Name, err)
 	}
 
-	out, err := os.CreateTemp(dir, ".image-*")
-	if err != nil {
-		return nil, fmt.Errorf("image %s: %w", img.Name, err)
-	}
-	defer func() { _ = os.Remove(out.Name()); _ = out.Close() }()
-	if err := writeLayout(out, layerFile, layer, map[string][]byte{
-		config.Digest: configJSON, mf.Digest: manifestJSON,
-	}, indexJSON); err != nil {
-		return nil, fmt.Errorf("image %s: write %s: %w", img.Name, path, err)
-	}
-	if err := out.Close(); err != nil {
-		return nil, fmt.Errorf("image %s: write %s: %w", img.Name, path, err)
-	}
-	if err := os.Chmod(out.Name(), 0o644); err != nil {
-		return nil, fmt.Errorf("image %s: %w", img.Name, err)
-	}
-	if err := os.Rename(out.Name(), path); err != nil {
+	if err := atomicfile.Write(path, 0o644, atomicfile.SyncAll, func(w io.Writer) error {
+		return writeLayout(w, layerFile, layer, map[string][]byte{
+			config.Digest: configJSON, mf.Digest: manifestJSON,
+		}, indexJSON)
+	}); err != nil {
 		return nil, fmt.Errorf("image %s: %w", img.Name, err)
 	}
 	return &Written{Name: img.Name, Path: path, Manifest: mf, Config: config, Layer: layer, DiffID: diffID}, nil

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 // Processes are the simulator's workload: what runs on its GPUs. Real NVML
@@ -51,11 +53,7 @@ func WriteProcess(dir, id string, p Process) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create simulated process directory: %w", err)
 	}
-	tmp := filepath.Join(dir, "."+id+".tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("write simulated process %s: %w", id, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, id+".json")); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, id+".json"), data, 0o644); err != nil {
 		return fmt.Errorf("write simulated process %s: %w", id, err)
 	}
 	return nil

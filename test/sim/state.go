@@ -10,6 +10,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 // A real GPU keeps its MIG mode and MIG instances when the process that
@@ -177,19 +179,7 @@ func (s *Server) saveLocked() error {
 	if err := os.MkdirAll(filepath.Dir(s.stateFile), 0o750); err != nil {
 		return fmt.Errorf("write simulated NVML state: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(s.stateFile), ".sim-state-*")
-	if err != nil {
-		return fmt.Errorf("write simulated NVML state: %w", err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if _, err := tmp.Write(append(data, '\n')); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write simulated NVML state: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write simulated NVML state: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), s.stateFile); err != nil {
+	if err := atomicfile.WriteFile(s.stateFile, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write simulated NVML state: %w", err)
 	}
 	return nil

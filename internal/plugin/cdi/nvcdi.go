@@ -1,12 +1,14 @@
 package cdi
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform/root"
+	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/internal/plugin/model"
@@ -45,12 +47,15 @@ func OptionsFor(r nvmllib.Roots, hookPath string) NvcdiOptions {
 }
 
 // NewNvcdiEdits creates the real-node provider on top of an initialized NVML.
-func NewNvcdiEdits(lib nvml.Interface, opts NvcdiOptions) (*NvcdiEdits, error) {
+// nvcdi logs through ctx's klog logger (see nvcdiLogger), also when the
+// provider is used later.
+func NewNvcdiEdits(ctx context.Context, lib nvml.Interface, opts NvcdiOptions) (*NvcdiEdits, error) {
 	devRoot := opts.DevRoot
 	if devRoot == "" {
 		devRoot = opts.DriverRoot
 	}
 	nopts := []nvcdi.Option{
+		nvcdi.WithLogger(nvcdiLogger(klog.FromContext(ctx))),
 		nvcdi.WithNvmlLib(lib),
 		nvcdi.WithMode(nvcdi.ModeNvml),
 		nvcdi.WithDriverRoot(opts.DriverRoot),

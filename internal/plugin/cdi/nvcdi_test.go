@@ -1,16 +1,21 @@
 package cdi
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/test/fakedriver"
 	"github.com/gpudra/gpudra/test/sim"
 )
@@ -22,28 +27,8 @@ import (
 // specs named the plugin's view, which a container runtime on the host
 // cannot resolve.
 func TestNvcdiEditsNameHostPaths(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("a fake driver root has device nodes: run the tests as root")
-	}
-	dir := t.TempDir()
-	// The plugin's view of the root: generated here. The host's view: a
-	// path that exists only on "the host" (not in this test's file system).
-	seen := filepath.Join(dir, "driver-root")
+	seen, srv, node := nvcdiFixture(t)
 	const host = "/host/run/nvidia/driver"
-	// Stand-ins: nvcdi gets the simulated NVML in process, and runs no tool.
-	for _, f := range []string{"libnvidia-ml.so", fakedriver.FakeNvidiaSMI, fakedriver.FakeMPSControl} {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("stand-in"), 0o755))
-	}
-	require.NoError(t, fakedriver.Generate(fakedriver.Options{Dir: seen, Profile: "dgx-a100", Node: "n1",
-		NVMLLibrary: filepath.Join(dir, "libnvidia-ml.so"), ToolsDir: dir}))
-
-	p, err := sim.Load("dgx-a100", nil)
-	require.NoError(t, err)
-	srv := sim.NewServer(p, "n1")
-	require.Equal(t, nvml.SUCCESS, srv.Init())
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	node, err := discovery.Discover(t.Context(), srv, discovery.Options{})
-	require.NoError(t, err)
 
 	for _, tc := range []struct {
 		name     string
@@ -54,7 +39,7 @@ func TestNvcdiEditsNameHostPaths(t *testing.T) {
 		{"plugin in a pod", NvcdiOptions{DriverRoot: seen, HostDriverRoot: host, HookPath: host + "/usr/bin/nvidia-cdi-hook"}, host},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n, err := NewNvcdiEdits(srv, tc.opts)
+			n, err := NewNvcdiEdits(t.Context(), srv, tc.opts)
 			require.NoError(t, err)
 			edits, err := NewCachedEdits(n, node.GPUs)
 			require.NoError(t, err)
@@ -78,6 +63,85 @@ func TestNvcdiEditsNameHostPaths(t *testing.T) {
 			require.Positive(t, libs, "nvcdi found the root's driver libraries")
 			require.Len(t, edits.devices, len(node.GPUs))
 		})
+	}
+}
+
+// nvcdiFixture generates a fake driver root for a simulated dgx-a100 node
+// and returns it, the simulated NVML (initialized) and the discovered node.
+func nvcdiFixture(t *testing.T) (string, *sim.Server, *model.Node) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("a fake driver root has device nodes: run the tests as root")
+	}
+	dir := t.TempDir()
+	// The plugin's view of the root: generated here.
+	seen := filepath.Join(dir, "driver-root")
+	// Stand-ins: nvcdi gets the simulated NVML in process, and runs no tool.
+	for _, f := range []string{"libnvidia-ml.so", fakedriver.FakeNvidiaSMI, fakedriver.FakeMPSControl} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("stand-in"), 0o755))
+	}
+	require.NoError(t, fakedriver.Generate(fakedriver.Options{Dir: seen, Profile: "dgx-a100", Node: "n1",
+		NVMLLibrary: filepath.Join(dir, "libnvidia-ml.so"), ToolsDir: dir}))
+
+	p, err := sim.Load("dgx-a100", nil)
+	require.NoError(t, err)
+	srv := sim.NewServer(p, "n1")
+	require.Equal(t, nvml.SUCCESS, srv.Init())
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	node, err := discovery.Discover(t.Context(), srv, discovery.Options{})
+	require.NoError(t, err)
+	return seen, srv, node
+}
+
+// TestNvcdiLogsThroughKlog: nvcdi's messages (its warnings about optional
+// libraries the root lacks, its infos about the files it selects) reach the
+// caller's klog logger, structured, and none reaches stderr in logrus's
+// format. Before, nvcdi used the logrus standard logger: on a real H200
+// host about 160 'time="..." level=warning msg="Could not locate ..."'
+// lines in the middle of the plugin's klog output.
+func TestNvcdiLogsThroughKlog(t *testing.T) {
+	seen, srv, node := nvcdiFixture(t)
+	stderr := captureStderr(t)
+	var buf bytes.Buffer
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(7), textlogger.Output(&buf)))
+	n, err := NewNvcdiEdits(klog.NewContext(t.Context(), logger), srv, NvcdiOptions{DriverRoot: seen})
+	require.NoError(t, err)
+	_, err = NewCachedEdits(n, node.GPUs)
+	require.NoError(t, err)
+
+	out := stderr()
+	require.NotRegexp(t, `level=(warning|info|debug|trace|error) msg=`, out, "nvcdi logged through logrus")
+	got := buf.String()
+	require.Regexp(t, `(?m)^I.*\] "Could not locate .*" logger="nvcdi" level="warning"$`, got,
+		"the fake root lacks optional libraries: nvcdi warns, through klog")
+	require.Regexp(t, `(?m)^I.*\] "Selecting .* as .*" logger="nvcdi" level="info"$`, got)
+}
+
+// captureStderr sends file descriptor 2 (where logrus's standard logger
+// writes, whatever os.Stderr is) to a file until the returned function,
+// which restores it and returns what was written, is called.
+func captureStderr(t *testing.T) func() string {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	require.NoError(t, err)
+	saved, err := syscall.Dup(2)
+	require.NoError(t, err)
+	require.NoError(t, syscall.Dup3(int(f.Fd()), 2, 0))
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			_ = syscall.Dup3(saved, 2, 0)
+			_ = syscall.Close(saved)
+		}
+	}
+	t.Cleanup(restore)
+	return func() string {
+		restore()
+		b, err := os.ReadFile(f.Name())
+		require.NoError(t, err)
+		_ = f.Close()
+		return string(b)
 	}
 }
 

@@ -3,12 +3,14 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 // Holder records that a claim holds a device of this node. Holders live next
@@ -36,8 +38,10 @@ func (s *Store) holderDir(device string) (string, error) {
 	return filepath.Join(s.dir, holdersDir, device), nil
 }
 
-// AddHolder marks uid as holding device. Not fsynced: like PrepareStarted,
-// it only has to survive a crash of the process.
+// AddHolder marks uid as holding device. The file is replaced atomically
+// (a crash never leaves it empty or half written) but not fsynced: like
+// PrepareStarted, it only has to survive a crash of the process. Holders
+// skips the temp file of an interrupted write: its name is no UID.
 func (s *Store) AddHolder(device string, h Holder) error {
 	dir, err := s.holderDir(device)
 	if err != nil {
@@ -50,7 +54,10 @@ func (s *Store) AddHolder(device string, h Holder) error {
 		return fmt.Errorf("add holder of %s: %w", device, err)
 	}
 	content := h.Access + " " + h.Claim
-	if err := os.WriteFile(filepath.Join(dir, h.ClaimUID), []byte(content), 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, h.ClaimUID), fileMode, atomicfile.SyncNone, func(w io.Writer) error {
+		_, err := io.WriteString(w, content)
+		return err
+	}); err != nil {
 		return fmt.Errorf("add holder of %s: %w", device, err)
 	}
 	return nil

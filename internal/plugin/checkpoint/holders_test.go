@@ -1,6 +1,8 @@
 package checkpoint
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -47,4 +49,23 @@ func TestHolders(t *testing.T) {
 		require.Error(t, s.AddHolder(bad, Holder{ClaimUID: "a"}), bad)
 	}
 	require.Error(t, s.AddHolder("gpu-0", Holder{ClaimUID: "../a"}))
+}
+
+// A holder write interrupted by a crash leaves an atomicfile temp file,
+// never an empty holder file; Holders and HeldDevices skip the temp file.
+func TestHoldersSkipTempFiles(t *testing.T) {
+	s := openTestStore(t, t.TempDir(), testBootID)
+	require.NoError(t, s.AddHolder("gpu-0", Holder{ClaimUID: "a", Claim: "ns/a", Access: "exclusive"}))
+	dir, err := s.holderDir("gpu-0")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ".b.tmp-123"), []byte("share ns/b"), 0o600))
+	hs, err := s.Holders("gpu-0")
+	require.NoError(t, err)
+	require.Equal(t, []Holder{{"a", "ns/a", "exclusive"}}, hs)
+	held, err := s.HeldDevices()
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"gpu-0": {"a"}}, held)
+	fi, err := os.Stat(filepath.Join(dir, "a"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 }

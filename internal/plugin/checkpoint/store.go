@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 	"io"
 	"io/fs"
 	"os"
@@ -148,13 +149,14 @@ func (s *Store) removeTempFiles() error {
 		removed = true
 	}
 	if removed && s.syncDir {
-		return syncDir(s.dir)
+		return atomicfile.SyncDir(s.dir)
 	}
 	return nil
 }
 
+// isTempName reports whether name is an atomicfile temp file of a record.
 func isTempName(name string) bool {
-	return strings.HasPrefix(name, ".") && strings.Contains(name, tempInfix)
+	return atomicfile.IsTemp(name) && strings.Contains(name, tempInfix)
 }
 
 // BootID returns the boot ID read by Open; Put stamps it on every record.
@@ -212,41 +214,22 @@ func (s *Store) put(rec *ClaimRecord, durable bool) error {
 	return nil
 }
 
-// writeAtomic writes b to a temp file, fsyncs it, renames it over the record
-// and, if enabled, fsyncs the directory. A crash at any point leaves either
-// the old record or the new one, plus possibly a temp file that Open removes.
-func (s *Store) writeAtomic(uid string, b []byte, durable bool) (err error) {
-	f, err := os.CreateTemp(s.dir, "."+uid+tempInfix+"*") // mode 0600
-	if err != nil {
-		return fmt.Errorf("create temp file in %s: %w; check that the directory exists and is writable", s.dir, err)
+// writeAtomic replaces the record of uid by b with atomicfile: fsynced
+// before the rename when durable, the directory fsynced too if enabled. A
+// crash at any point leaves either the old record or the new one, plus
+// possibly a temp file (".<uid>.json.tmp-*") that Open removes.
+func (s *Store) writeAtomic(uid string, b []byte, durable bool) error {
+	sync := atomicfile.SyncNone
+	switch {
+	case durable && s.syncDir:
+		sync = atomicfile.SyncAll
+	case durable:
+		sync = atomicfile.SyncFile
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(b); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if durable {
-		if err = f.Sync(); err != nil {
-			return fmt.Errorf("fsync %s: %w", tmp, err)
-		}
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err = os.Rename(tmp, filepath.Join(s.dir, uid+fileSuffix)); err != nil {
-		return fmt.Errorf("rename %s into place: %w", tmp, err)
-	}
-	if durable && s.syncDir {
-		// The record is in place; a failure here only means the rename may
-		// not survive a power loss, so do not remove anything.
-		return syncDir(s.dir)
-	}
-	return nil
+	return atomicfile.Write(filepath.Join(s.dir, uid+fileSuffix), fileMode, sync, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
 }
 
 // Get returns the record of uid, or (nil, nil) if there is none. A damaged
@@ -303,25 +286,9 @@ func (s *Store) Delete(uid string) error {
 		return fmt.Errorf("delete checkpoint record %s: %w", p, err)
 	}
 	if s.syncDir {
-		if err := syncDir(s.dir); err != nil {
+		if err := atomicfile.SyncDir(s.dir); err != nil {
 			return fmt.Errorf("delete checkpoint record %s: %w", p, err)
 		}
-	}
-	return nil
-}
-
-// syncDir fsyncs a directory so that renames and removals in it are durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s for fsync: %w", dir, err)
-	}
-	if err := d.Sync(); err != nil {
-		_ = d.Close()
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	if err := d.Close(); err != nil {
-		return fmt.Errorf("close directory %s: %w", dir, err)
 	}
 	return nil
 }

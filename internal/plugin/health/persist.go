@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 // Persistence. A monitor with Config.StateFile keeps its conditions in that
@@ -212,7 +212,7 @@ func (m *Monitor) saveLocked(ctx context.Context) {
 		return
 	}
 	if err == nil {
-		err = writeFileAtomic(m.cfg.StateFile, b)
+		err = atomicfile.WriteFile(m.cfg.StateFile, b, 0o600)
 	}
 	if err != nil {
 		if msg := err.Error(); msg != m.saveErr {
@@ -224,47 +224,11 @@ func (m *Monitor) saveLocked(ctx context.Context) {
 	m.disk, m.saveErr = b, ""
 }
 
-const tempInfix = ".tmp-"
-
-// writeFileAtomic replaces path by a file with content b.
-func writeFileAtomic(path string, b []byte) (err error) {
-	dir, base := filepath.Split(path)
-	f, err := os.CreateTemp(dir, "."+base+tempInfix+"*") // mode 0600
-	if err != nil {
-		return fmt.Errorf("create a temporary file next to %s: %w; check that the directory exists and is writable", path, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(b); err != nil {
-		return fmt.Errorf("write %s: %w", f.Name(), err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", f.Name(), err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("rename %s to %s: %w", f.Name(), path, err)
-	}
-	return nil
-}
-
 // removeTempFiles removes the temporary files of writes to path that were
 // interrupted. Only the monitor that saves may call it: another one's
 // write might be in progress.
 func removeTempFiles(ctx context.Context, path string) {
-	dir, base := filepath.Split(path)
-	entries, err := os.ReadDir(filepath.Clean(dir))
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "."+base+tempInfix) && e.Type().IsRegular() {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				klog.FromContext(ctx).Error(err, "Removing a leftover temporary file failed")
-			}
-		}
+	if _, err := atomicfile.RemoveTemps(path); err != nil {
+		klog.FromContext(ctx).Error(err, "Removing a leftover temporary file failed")
 	}
 }

@@ -251,3 +251,30 @@ func TestVolatileECCAtStart(t *testing.T) {
 		})
 	}
 }
+
+// A save interrupted by a crash leaves atomicfile's temp file next to the
+// state file; the monitor that starts saving removes it (and only the
+// state file's), and its saves leave no temp file behind.
+func TestStartSavingRemovesLeftoverTempFiles(t *testing.T) {
+	ctx := context.Background()
+	f := newPersistFixture(t, oldDriver)
+	dir := filepath.Dir(f.stateFile)
+	leftover := filepath.Join(dir, "."+filepath.Base(f.stateFile)+".tmp-123")
+	other := filepath.Join(dir, ".other.json.tmp-123")
+	for _, p := range []string{leftover, other} {
+		require.NoError(t, os.WriteFile(p, []byte("{"), 0o600))
+	}
+	f.mon.ProbeAll(ctx)
+	f.mon.StartSaving(ctx)
+	f.xid(t, 1, 62)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.ElementsMatch(t, []string{filepath.Base(f.stateFile), filepath.Base(other)}, names)
+	fi, err := os.Stat(f.stateFile)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}

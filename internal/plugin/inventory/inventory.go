@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 // FileName is the inventory's file in the plugin data directory.
@@ -77,10 +78,10 @@ func (s *Store) Load() ([]model.GPU, error) {
 	return r.GPUs, nil
 }
 
-// Save replaces the file with gpus: written to a temporary file, synced and
-// renamed over the old one, so a crash leaves the old or the new file,
-// never a torn one. An unchanged inventory is not rewritten.
-func (s *Store) Save(gpus []model.GPU) (err error) {
+// Save replaces the file with gpus by atomicfile.WriteFile, so a crash or a
+// power loss leaves the old or the new file, never a torn one. An unchanged
+// inventory is not rewritten.
+func (s *Store) Save(gpus []model.GPU) error {
 	data, err := json.MarshalIndent(record{Version: version, Node: s.node, GPUs: gpus}, "", "  ")
 	if err != nil {
 		return err
@@ -89,26 +90,7 @@ func (s *Store) Save(gpus []model.GPU) (err error) {
 	if old, err := os.ReadFile(s.path); err == nil && bytes.Equal(old, data) {
 		return nil
 	}
-	dir := filepath.Dir(s.path)
-	tmp, err := os.CreateTemp(dir, "."+FileName+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("save last known GPUs: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("save last known GPUs: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), s.path); err != nil {
+	if err := atomicfile.WriteFile(s.path, data, 0o600); err != nil {
 		return fmt.Errorf("save last known GPUs: %w", err)
 	}
 	return nil

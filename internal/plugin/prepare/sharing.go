@@ -19,6 +19,7 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/failpoint"
 	"github.com/gpudra/gpudra/internal/plugin/sharing"
 	"github.com/gpudra/gpudra/internal/plugin/slice"
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 // Sharing hooks of the prepare state machine (internal/plugin/sharing does the work):
@@ -197,9 +198,10 @@ func (m *Manager) timeSliceMarked(device string) (uuid string, marked bool, err 
 	return uuid, true, nil
 }
 
-// markTimeSliced sets or clears a GPU's marker. A marker is replaced
-// atomically, so a crash never leaves one half written. It is not fsynced:
-// a power loss reboots the node, which resets every time slice.
+// markTimeSliced sets or clears a GPU's marker. A marker is written with
+// atomicfile.WriteFile, so a crash never leaves one half written and a set
+// marker survives a power loss. Its temp file (".timeslice.<device>.tmp-*")
+// does not start with timeSliceMarkerPrefix, so timeSliceMarkers skips it.
 func (m *Manager) markTimeSliced(device, uuid string, on bool) error {
 	path := m.timeSliceMarker(device)
 	if !on {
@@ -208,19 +210,7 @@ func (m *Manager) markTimeSliced(device, uuid string, on bool) error {
 		}
 		return nil
 	}
-	tmp, err := os.CreateTemp(m.cfg.LockDir, ".timeslice-*")
-	if err != nil {
-		return fmt.Errorf("record the time slice of %s: %w", device, err)
-	}
-	_, err = tmp.WriteString(uuid)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
+	if err := atomicfile.WriteFile(path, []byte(uuid), 0o600); err != nil {
 		return fmt.Errorf("record the time slice of %s: %w", device, err)
 	}
 	return nil

@@ -3,6 +3,8 @@ package prepare
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -116,4 +118,19 @@ func TestCleanupOutlivesTheKubeletsDeadline(t *testing.T) {
 		require.NoError(t, m.Unprepare(expired, ref(two)))
 		requireGone(t)
 	})
+}
+
+// A marker write that crashed leaves atomicfile's temp file in the lock
+// directory; listing the markers skips it, so no restore is attempted for a
+// device named after it.
+func TestTimeSliceMarkersSkipTempFiles(t *testing.T) {
+	e := newEnv(t, 1)
+	m, _ := e.manager()
+	require.NoError(t, m.markTimeSliced("gpu-0", e.node.GPUs[0].UUID, true))
+	leftover := filepath.Join(m.cfg.LockDir, "."+filepath.Base(m.timeSliceMarker("gpu-0"))+".tmp-123")
+	require.NoError(t, os.WriteFile(leftover, []byte(e.node.GPUs[0].UUID), 0o600))
+	require.Equal(t, []string{"gpu-0"}, m.timeSliceMarkers(ctx(t)))
+	fi, err := os.Stat(m.timeSliceMarker("gpu-0"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 }

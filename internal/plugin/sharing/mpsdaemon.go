@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 // probeCommand is the query that tells whether a daemon answers. It only
@@ -205,7 +208,12 @@ func (c *MPSControl) waitExit(pid int, timeout time.Duration) bool {
 // in ("<pid>\n<namespace>\n"): another plugin instance, in a namespace of
 // its own, knows that the number means nothing there.
 func (c *MPSControl) writePIDFile(dir string, pid int) error {
-	if err := os.WriteFile(filepath.Join(dir, pidFile), fmt.Appendf(nil, "%d\n%s\n", pid, c.pidNS), 0o644); err != nil {
+	// Replaced atomically, so that a reader never sees a half-written
+	// file; not fsynced, as the daemon does not outlive a reboot.
+	if err := atomicfile.Write(filepath.Join(dir, pidFile), 0o644, atomicfile.SyncNone, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%d\n%s\n", pid, c.pidNS)
+		return err
+	}); err != nil {
 		return fmt.Errorf("write MPS daemon pid file: %w", err)
 	}
 	return nil
