@@ -69,14 +69,18 @@ type Options struct {
 	PerProfileMIGClasses      bool
 	MIGExtendedResourcePrefix string
 	// DriverName is the driver whose classes and configurations the
-	// controller serves; Compatibility (--compatibility=nvidia) sets it to
-	// gpu.nvidia.com in Validate.
+	// controller serves; Compatibility (--compatibility=nvidia) makes it
+	// gpu.nvidia.com. Validate resolves both into names, once.
 	DriverName    string
 	Compatibility string
+	names         compat.Names
+	// validated: Validate has succeeded, so Run does not resolve again.
+	validated bool
 }
 
-// Names are the names of the driver the controller serves (after Validate).
-func (o *Options) Names() compat.Names { return compat.ForDriver(o.DriverName) }
+// Names are the names of the driver the controller serves, as Validate
+// resolved them from --compatibility and --driver-name.
+func (o *Options) Names() compat.Names { return o.names }
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
@@ -130,6 +134,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 			"(nvidia.com/mig- gives nvidia.com/mig-1g.10gb, the device plugin's names; a profile's + becomes .); empty for none.")
 }
 
+// validateOnce runs Validate unless it has succeeded before, so that the
+// names are resolved once however many entry points check the options.
+func (o *Options) validateOnce() error {
+	if o.validated {
+		return nil
+	}
+	return o.Validate()
+}
+
 // Validate reports settings that cannot work, naming the flag to fix.
 func (o *Options) Validate() error {
 	var errs []error
@@ -147,10 +160,10 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s=%d: must be a port between 1 and 65535", p.flag, p.port))
 		}
 	}
-	if mode, err := compat.ParseMode(o.Compatibility); err != nil {
-		errs = append(errs, fmt.Errorf("--compatibility: %w", err))
-	} else if o.DriverName, err = compat.DriverFor(mode, o.DriverName); err != nil {
-		errs = append(errs, fmt.Errorf("--driver-name: %w", err))
+	if names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility, Driver: o.DriverName}); err != nil {
+		errs = append(errs, err)
+	} else {
+		o.names, o.DriverName = names, names.Driver
 	}
 	if o.WebhookPort == o.MetricsPort {
 		errs = append(errs, fmt.Errorf("--webhook-port and --metrics-port are both %d: they must differ", o.WebhookPort))
@@ -166,7 +179,11 @@ func (o *Options) Validate() error {
 		}
 	}
 	errs = append(errs, o.validateCerts()...)
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	o.validated = true
+	return nil
 }
 
 func (o *Options) validateCerts() []error {

@@ -76,8 +76,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--leader-elect=false", "--leader-elect-retry-period=9s"}},
 		{args: []string{"--cert-mode=secret", "--cert-rotate-before=9000h"}},
 		{args: []string{"--cert-extra-sans=127.0.0.1,::1,wh.example.com,*.example.com"}},
-		{args: []string{"--compatibility=amd"}, wantErr: `--compatibility: compatibility mode "amd" is not supported`},
-		{args: []string{"--compatibility=nvidia", "--driver-name=gpu.example.com"}, wantErr: "--driver-name: driver name \"gpu.example.com\" cannot be used"},
+		{args: []string{"--compatibility=amd"}, wantErr: `--compatibility="amd" is not supported`},
+		{args: []string{"--compatibility=nvidia", "--driver-name=gpu.example.com"}, wantErr: `--driver-name="gpu.example.com" cannot be used with --compatibility=nvidia`},
 		{args: []string{"--cert-extra-sans=127.0.0.1,Bad_Name"}, wantErr: `--cert-extra-sans: "Bad_Name" is neither an IP address nor a DNS name`},
 	}
 	for _, tc := range tests {

@@ -27,9 +27,14 @@ type Options struct {
 	NodeName     string
 	DriverName   string
 	// Compatibility is the --compatibility mode: empty for gpudra's names,
-	// "nvidia" for NVIDIA's DRA driver names and API (see internal/shared/compat);
-	// Validate sets DriverName from it.
+	// "nvidia" for NVIDIA's DRA driver names and API (see internal/shared/compat).
+	// Validate resolves it with DriverName into names and sets DriverName
+	// to the resolved driver name.
 	Compatibility string
+	// names are the resolved names (compat.Resolve), set by Validate.
+	names compat.Names
+	// validated: Validate has succeeded (validateOnce).
+	validated bool
 
 	CDIRoot             string
 	KubeletPluginsDir   string
@@ -109,20 +114,25 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.addSharingToolFlags(fs)
 }
 
-// resolveDriverName sets DriverName from --compatibility.
-func (o *Options) resolveDriverName() error {
-	mode, err := compat.ParseMode(o.Compatibility)
+// resolveNames resolves --compatibility and --driver-name into the names
+// the plugin publishes and reads, and DriverName into the resolved name.
+func (o *Options) resolveNames() error {
+	names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility, Driver: o.DriverName})
 	if err != nil {
-		return fmt.Errorf("--compatibility: %w", err)
+		return err
 	}
-	if o.DriverName, err = compat.DriverFor(mode, o.DriverName); err != nil {
-		return fmt.Errorf("--driver-name: %w", err)
-	}
+	o.names, o.DriverName = names, names.Driver
 	return nil
 }
 
-// names are the names the plugin publishes and reads, after Validate.
-func (o *Options) names() compat.Names { return compat.ForDriver(o.DriverName) }
+// validateOnce runs Validate unless it has succeeded before: the names are
+// resolved once per program, however many entry points check the options.
+func (o *Options) validateOnce() error {
+	if o.validated {
+		return nil
+	}
+	return o.Validate()
+}
 
 // PluginDataDir is where the socket and checkpoint of the driver live.
 func (o *Options) PluginDataDir() string { return filepath.Join(o.KubeletPluginsDir, o.DriverName) }
@@ -135,7 +145,7 @@ func (o *Options) Validate() error {
 	if o.NodeName == "" {
 		return fmt.Errorf("--node-name (or $NODE_NAME) is required: it names the node's ResourceSlice pool")
 	}
-	if err := o.resolveDriverName(); err != nil {
+	if err := o.resolveNames(); err != nil {
 		return err
 	}
 	if o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128 {
@@ -152,7 +162,11 @@ func (o *Options) Validate() error {
 	if err := o.validateTelemetry(); err != nil {
 		return err
 	}
-	return o.validateSharing()
+	if err := o.validateSharing(); err != nil {
+		return err
+	}
+	o.validated = true
+	return nil
 }
 
 func env(name, def string) string {
