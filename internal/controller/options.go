@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/gpudra/gpudra/internal/controller/certs"
 	"github.com/gpudra/gpudra/internal/controller/webhook"
 	"github.com/gpudra/gpudra/internal/shared/compat"
+	"github.com/gpudra/gpudra/internal/shared/envflag"
 )
 
 // Certificate modes.
@@ -78,16 +78,22 @@ type Options struct {
 	validated bool
 }
 
+// EnvVars are the flags the chart's Deployment sets from the downward API
+// (POD_NAMESPACE), and KUBECONFIG, which every Kubernetes client reads. The
+// command applies them with envflag.Bind: a flag given on the command line
+// wins.
+var EnvVars = []envflag.Var{{Flag: "namespace", Env: "POD_NAMESPACE"}, {Flag: "kubeconfig", Env: "KUBECONFIG"}}
+
 // Names are the names of the driver the controller serves, as Validate
 // resolved them from --compatibility and --driver-name.
 func (o *Options) Names() compat.Names { return o.names }
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "Kubeconfig file; in-cluster config when empty. [$KUBECONFIG]")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster config when empty. [$KUBECONFIG]")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", 20, "Client-side QPS limit towards the API server.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 40, "Client-side burst towards the API server.")
-	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"),
+	fs.StringVar(&o.Namespace, "namespace", "",
 		"Namespace the controller runs in: where its certificate Secret and lease live. [$POD_NAMESPACE]")
 
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true,

@@ -6,6 +6,7 @@ import (
 	"github.com/gpudra/gpudra/internal/shared/endpoints"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpudra/gpudra/internal/shared/compat"
+	"github.com/gpudra/gpudra/internal/shared/envflag"
 )
 
 func defaultOptions(t *testing.T, args ...string) *Options {
@@ -23,6 +25,7 @@ func defaultOptions(t *testing.T, args ...string) *Options {
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	require.NoError(t, fs.Parse(args))
+	require.NoError(t, envflag.Apply(fs, os.LookupEnv, EnvVars...))
 	return o
 }
 
