@@ -76,8 +76,9 @@ func (o *Options) sliceOptions() slice.Options {
 
 // sharingTools returns the time slicer and MPS control of the node.
 func (o *Options) sharingTools(ctx context.Context) (sharing.TimeSlicer, *sharing.MPSControl, error) {
+	driverRoot := o.roots().Driver
 	var env []string
-	if lib, err := nvmllib.FindLibrary(o.NvidiaDriverRoot); err == nil && o.roots().Driver != "/" {
+	if lib, err := nvmllib.FindLibrary(driverRoot); err == nil && driverRoot != "/" {
 		// Tools run from a driver root mounted into the plugin's container
 		// load the driver's libraries from there.
 		env = []string{"LD_LIBRARY_PATH=" + filepath.Dir(lib)}
@@ -97,14 +98,15 @@ func (o *Options) sharingTools(ctx context.Context) (sharing.TimeSlicer, *sharin
 	return smi, mps, nil
 }
 
-// tool resolves a helper binary: the flag, else the driver root's usr/bin,
-// else $PATH. It returns "" if none exists; prepares that need it then fail
-// with a message naming the flag.
+// tool resolves a helper binary: the flag, else the driver root's usr/bin
+// (the root as roots() reads it: an empty --nvidia-driver-root is /), else
+// $PATH. It returns "" if none exists; prepares that need it then fail with
+// a message naming the flag.
 func (o *Options) tool(flag, name string) string {
 	if flag != "" {
 		return flag
 	}
-	if p := filepath.Join(o.NvidiaDriverRoot, "usr", "bin", name); nvmllib.Exists(p) {
+	if p := filepath.Join(o.roots().Driver, "usr", "bin", name); nvmllib.Exists(p) {
 		return p
 	}
 	if p, err := exec.LookPath(name); err == nil {
