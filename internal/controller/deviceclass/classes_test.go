@@ -112,7 +112,7 @@ func TestSelectorsCompileAndMatch(t *testing.T) {
 // TestStaticClassMatchesBase keeps deployments/static (used without the
 // controller) and the controller's gpu class identical.
 func TestStaticClassMatchesBase(t *testing.T) {
-	data, err := os.ReadFile("../../deployments/static/deviceclasses.yaml")
+	data, err := os.ReadFile("../../../deployments/static/deviceclasses.yaml")
 	require.NoError(t, err)
 	var static resourceapi.DeviceClass
 	require.NoError(t, yaml.UnmarshalStrict(data, &static))
