@@ -18,7 +18,7 @@ PKGS := ./...
 BENCH_PKGS := ./internal/...
 
 
-.PHONY: all prereqs-build prereqs-cluster prereqs-lint shellcheck tracked-files bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo doclinks e2e fake-driver-root fmt fuzz gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks sim-nvml-lib test test-faults unit vet
+.PHONY: all bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
 
 all: build
 
@@ -113,7 +113,7 @@ vet: prereqs-build ## go vet of every package, with every build tag (once: lint 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-lint: prereqs-lint tracked-files vet $(GOLANGCI_LINT) helm-lint shellcheck doclinks ## Git tracks only source, go vet + golangci-lint + helm lint + shellcheck + Markdown links
+lint: prereqs-lint tracked-files vet verify-generate $(GOLANGCI_LINT) helm-lint shellcheck doclinks ## Git tracks only source, go vet, generated code current, golangci-lint, helm lint, shellcheck, Markdown links
 	$(GOLANGCI_LINT) run --build-tags e2e,failpoints,faults $(PKGS)
 
 tracked-files: ## Fail on a tracked binary or a file over 300 KiB that hack/large-files.txt does not list with its reason
@@ -121,6 +121,20 @@ tracked-files: ## Fail on a tracked binary or a file over 300 KiB that hack/larg
 
 doclinks: ## Every relative link (and #anchor) in README.md, docs/ and the other *.md files resolves
 	$(GO) run ./test/cmd/gpudra-doclinks .
+
+# Generated code: api/v1alpha1/zz_generated.deepcopy.go, by deepcopy-gen of
+# k8s.io/code-generator pinned in the //go:generate line of api/v1alpha1/doc.go.
+generate: ## Regenerate the generated code (go generate ./api/...)
+	$(GO) generate ./api/...
+
+VERIFY_GENERATE := $(OUTPUT)/verify-generate
+verify-generate: ## Fail when generated code is stale: regenerate into a copy under _output and diff
+	@rm -rf $(VERIFY_GENERATE) && mkdir -p $(VERIFY_GENERATE)
+	@cp -R api/v1alpha1 $(VERIFY_GENERATE)/ && rm -f $(VERIFY_GENERATE)/v1alpha1/zz_generated.deepcopy.go
+	@cd $(VERIFY_GENERATE)/v1alpha1 && $(GO) generate .
+	@diff -u api/v1alpha1/zz_generated.deepcopy.go $(VERIFY_GENERATE)/v1alpha1/zz_generated.deepcopy.go || \
+	  { echo "api/v1alpha1/zz_generated.deepcopy.go is stale or edited by hand: run make generate and commit the result" >&2; exit 1; }
+	@rm -rf $(VERIFY_GENERATE)
 
 SHELL_SCRIPTS = $(shell git ls-files '*.sh' .ci/run)
 shellcheck: prereqs-lint ## shellcheck of every shell script in the repository

@@ -16,6 +16,8 @@ import (
 
 // DecodeError is the error Decode returns for every input it rejects. Use
 // errors.As to get at it.
+//
+// +k8s:deepcopy-gen=false
 type DecodeError struct {
 	// Errs lists the field-level problems: a missing or wrong apiVersion or
 	// kind, and values that fail validation. It is empty when Err is set.

@@ -7,6 +7,9 @@ import (
 
 // GpuClaimParameters configures how the GPUs allocated for a claim (or for
 // some of its requests) are set up.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
 type GpuClaimParameters struct {
 	metav1.TypeMeta `json:",inline"`
 

@@ -4,11 +4,13 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpudra/gpudra/internal/controller"
 	"github.com/gpudra/gpudra/internal/shared/cmdmain"
+	"github.com/gpudra/gpudra/internal/shared/envflag"
 )
 
 func main() { cmdmain.Main(newCommand()) }
@@ -23,5 +25,6 @@ func newCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 	}
 	opts.AddFlags(cmd.Flags())
+	envflag.Bind(cmd, os.LookupEnv, controller.EnvVars...)
 	return cmdmain.Command(cmd, opts.Validate, func(ctx context.Context) error { return controller.Run(ctx, opts) })
 }

@@ -3,11 +3,13 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpudra/gpudra/internal/plugin"
 	"github.com/gpudra/gpudra/internal/shared/cmdmain"
+	"github.com/gpudra/gpudra/internal/shared/envflag"
 )
 
 func main() { cmdmain.Main(newCommand()) }
@@ -20,6 +22,7 @@ func newCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	opts.AddFlags(cmd.Flags())
+	envflag.Bind(cmd, os.LookupEnv, plugin.EnvVars...)
 	cmd.AddCommand(newInspectCommand())
 	return cmdmain.Command(cmd, opts.Validate, func(ctx context.Context) error { return plugin.Run(ctx, opts) })
 }
@@ -43,6 +46,7 @@ func newInspectCommand() *cobra.Command {
 		},
 	}
 	opts.AddInspectFlags(cmd.Flags())
+	envflag.Bind(cmd, os.LookupEnv, plugin.InspectEnvVars...)
 	cmd.Flags().StringVarP(&output, "output", "o", "yaml", "Output format: yaml or json.")
 	return cmd
 }

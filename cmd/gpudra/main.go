@@ -47,14 +47,11 @@ func newCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			mode, err := compat.ParseMode(compatibility)
+			names, err := compat.Resolve(compat.Flags{Compatibility: compatibility, Driver: driver, DriverFlag: "--driver"})
 			if err != nil {
-				return fmt.Errorf("--compatibility: %w", err)
+				return err
 			}
-			if driver, err = compat.DriverFor(mode, driver); err != nil {
-				return fmt.Errorf("--driver: %w", err)
-			}
-			devices, err := status.Collect(cmd.Context(), client, driver, node)
+			devices, err := status.Collect(cmd.Context(), client, names.Driver, node)
 			if err != nil {
 				return err
 			}

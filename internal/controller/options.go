@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/gpudra/gpudra/internal/controller/certs"
 	"github.com/gpudra/gpudra/internal/controller/webhook"
 	"github.com/gpudra/gpudra/internal/shared/compat"
+	"github.com/gpudra/gpudra/internal/shared/envflag"
 )
 
 // Certificate modes.
@@ -69,21 +69,31 @@ type Options struct {
 	PerProfileMIGClasses      bool
 	MIGExtendedResourcePrefix string
 	// DriverName is the driver whose classes and configurations the
-	// controller serves; Compatibility (--compatibility=nvidia) sets it to
-	// gpu.nvidia.com in Validate.
+	// controller serves; Compatibility (--compatibility=nvidia) makes it
+	// gpu.nvidia.com. Validate resolves both into names, once.
 	DriverName    string
 	Compatibility string
+	names         compat.Names
+	// validated: Validate has succeeded, so Run does not resolve again.
+	validated bool
 }
 
-// Names are the names of the driver the controller serves (after Validate).
-func (o *Options) Names() compat.Names { return compat.ForDriver(o.DriverName) }
+// EnvVars are the flags the chart's Deployment sets from the downward API
+// (POD_NAMESPACE), and KUBECONFIG, which every Kubernetes client reads. The
+// command applies them with envflag.Bind: a flag given on the command line
+// wins.
+var EnvVars = []envflag.Var{{Flag: "namespace", Env: "POD_NAMESPACE"}, {Flag: "kubeconfig", Env: "KUBECONFIG"}}
+
+// Names are the names of the driver the controller serves, as Validate
+// resolved them from --compatibility and --driver-name.
+func (o *Options) Names() compat.Names { return o.names }
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "Kubeconfig file; in-cluster config when empty. [$KUBECONFIG]")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster config when empty. [$KUBECONFIG]")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", 20, "Client-side QPS limit towards the API server.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 40, "Client-side burst towards the API server.")
-	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"),
+	fs.StringVar(&o.Namespace, "namespace", "",
 		"Namespace the controller runs in: where its certificate Secret and lease live. [$POD_NAMESPACE]")
 
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true,
@@ -130,6 +140,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 			"(nvidia.com/mig- gives nvidia.com/mig-1g.10gb, the device plugin's names; a profile's + becomes .); empty for none.")
 }
 
+// validateOnce runs Validate unless it has succeeded before, so that the
+// names are resolved once however many entry points check the options.
+func (o *Options) validateOnce() error {
+	if o.validated {
+		return nil
+	}
+	return o.Validate()
+}
+
 // Validate reports settings that cannot work, naming the flag to fix.
 func (o *Options) Validate() error {
 	var errs []error
@@ -147,10 +166,10 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s=%d: must be a port between 1 and 65535", p.flag, p.port))
 		}
 	}
-	if mode, err := compat.ParseMode(o.Compatibility); err != nil {
-		errs = append(errs, fmt.Errorf("--compatibility: %w", err))
-	} else if o.DriverName, err = compat.DriverFor(mode, o.DriverName); err != nil {
-		errs = append(errs, fmt.Errorf("--driver-name: %w", err))
+	if names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility, Driver: o.DriverName}); err != nil {
+		errs = append(errs, err)
+	} else {
+		o.names, o.DriverName = names, names.Driver
 	}
 	if o.WebhookPort == o.MetricsPort {
 		errs = append(errs, fmt.Errorf("--webhook-port and --metrics-port are both %d: they must differ", o.WebhookPort))
@@ -166,7 +185,11 @@ func (o *Options) Validate() error {
 		}
 	}
 	errs = append(errs, o.validateCerts()...)
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	o.validated = true
+	return nil
 }
 
 func (o *Options) validateCerts() []error {

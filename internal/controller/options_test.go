@@ -6,6 +6,7 @@ import (
 	"github.com/gpudra/gpudra/internal/shared/endpoints"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpudra/gpudra/internal/shared/compat"
+	"github.com/gpudra/gpudra/internal/shared/envflag"
 )
 
 func defaultOptions(t *testing.T, args ...string) *Options {
@@ -23,6 +25,7 @@ func defaultOptions(t *testing.T, args ...string) *Options {
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	require.NoError(t, fs.Parse(args))
+	require.NoError(t, envflag.Apply(fs, os.LookupEnv, EnvVars...))
 	return o
 }
 
@@ -76,8 +79,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--leader-elect=false", "--leader-elect-retry-period=9s"}},
 		{args: []string{"--cert-mode=secret", "--cert-rotate-before=9000h"}},
 		{args: []string{"--cert-extra-sans=127.0.0.1,::1,wh.example.com,*.example.com"}},
-		{args: []string{"--compatibility=amd"}, wantErr: `--compatibility: compatibility mode "amd" is not supported`},
-		{args: []string{"--compatibility=nvidia", "--driver-name=gpu.example.com"}, wantErr: "--driver-name: driver name \"gpu.example.com\" cannot be used"},
+		{args: []string{"--compatibility=amd"}, wantErr: `--compatibility="amd" is not supported`},
+		{args: []string{"--compatibility=nvidia", "--driver-name=gpu.example.com"}, wantErr: `--driver-name="gpu.example.com" cannot be used with --compatibility=nvidia`},
 		{args: []string{"--cert-extra-sans=127.0.0.1,Bad_Name"}, wantErr: `--cert-extra-sans: "Bad_Name" is neither an IP address nor a DNS name`},
 	}
 	for _, tc := range tests {

@@ -36,9 +36,10 @@ const (
 const ComponentName = "gpudra-controller"
 
 // Run starts the gpu-controller and blocks until ctx is done (nil) or a
-// component fails (its error).
+// component fails (its error). opts are validated unless Validate has
+// already succeeded (the command runs it before Run).
 func Run(ctx context.Context, opts *Options) error {
-	if err := opts.Validate(); err != nil {
+	if err := opts.validateOnce(); err != nil {
 		return err
 	}
 	cfg, err := restConfig(opts)
@@ -79,6 +80,9 @@ func restConfig(opts *Options) (*rest.Config, error) {
 
 // run wires the components on the given listeners.
 func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhookLn, metricsLn net.Listener) error {
+	if err := opts.validateOnce(); err != nil {
+		return err
+	}
 	logger := klog.FromContext(ctx)
 	reg := prometheus.NewRegistry()
 	holder := &certs.Holder{}

@@ -70,9 +70,11 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	}
 }
 
-// Run starts the plugin and blocks until ctx is done or a fatal error occurs.
+// Run starts the plugin and blocks until ctx is done or a fatal error
+// occurs. o is validated unless Validate has already run (the command runs
+// it before Run, so that names are resolved once).
 func Run(ctx context.Context, o *Options) error {
-	if err := o.Validate(); err != nil {
+	if err := o.validateOnce(); err != nil {
 		return err
 	}
 	client, err := kubeClient(o)
@@ -118,9 +120,10 @@ func (p *Plugin) Stop() {
 
 // Start discovers the GPUs, recovers the checkpoint, serves the kubelet's
 // DRA API and starts publishing the node's ResourceSlice. fatal is called
-// for background errors that need a restart.
+// for background errors that need a restart. o is validated unless
+// Validate has already run.
 func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal context.CancelCauseFunc) (_ *Plugin, err error) {
-	if err := o.Validate(); err != nil {
+	if err := o.validateOnce(); err != nil {
 		return nil, err
 	}
 	logger := klog.FromContext(ctx)
@@ -143,7 +146,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
-	writer, err := cdi.NewVendorWriter(o.CDIRoot, o.names().CDIVendor, edits)
+	writer, err := cdi.NewVendorWriter(o.CDIRoot, o.names.CDIVendor, edits)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +164,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	// Events first: recovery reports MPS daemons it had to start again.
 	events := newEventSink(ctx, client, o, prepare.NewPrepared(store))
 	manager, err := prepare.New(prepare.Config{
-		DriverName: o.DriverName, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
+		Names: o.names, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
 		LockDir: filepath.Join(o.PluginDataDir(), "locks"), MIG: mig.NewManager(gpus.Lib), TimeSlicer: slicer, MPS: mps,
 		OnMPSDaemon: events.mpsDaemon,
 	})
@@ -172,7 +175,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
-	pub := &publisher{names: o.names()}
+	pub := &publisher{names: o.names}
 	hs, err := newHealthService(ctx, o, gpus, pub)
 	if err != nil {
 		return nil, err

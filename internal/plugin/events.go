@@ -54,7 +54,7 @@ func newEventSink(ctx context.Context, client kubernetes.Interface, o *Options, 
 		klog.FromContext(ctx).Error(err, "Events are not recorded")
 		return nil
 	}
-	return &eventSink{client: client, prepared: prepared, lostKey: o.names().TaintKey(health.KeyLost),
+	return &eventSink{client: client, prepared: prepared, lostKey: o.names.TaintKey(health.KeyLost),
 		recorder: b.NewRecorder(scheme.Scheme, o.DriverName+"/kubelet-plugin")}
 }
 

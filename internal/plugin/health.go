@@ -25,10 +25,10 @@ type HealthOptions struct {
 
 func (o *Options) addHealthFlags(fs *pflag.FlagSet) {
 	h := &o.Health
-	fs.BoolVar(&h.Enabled, "health-monitoring", env("GPUDRA_HEALTH_MONITORING", "true") == "true",
-		"Watch the GPUs' health through NVML: taint unhealthy devices in the ResourceSlice and report device health to the kubelet. [$GPUDRA_HEALTH_MONITORING]")
-	fs.StringVar(&h.IgnoredXIDs, "health-ignored-xids", env("GPUDRA_HEALTH_IGNORED_XIDS", health.FormatXIDs(health.DefaultIgnoredXIDs)),
-		"Comma-separated XIDs that are caused by applications and leave the GPU healthy. [$GPUDRA_HEALTH_IGNORED_XIDS]")
+	fs.BoolVar(&h.Enabled, "health-monitoring", true,
+		"Watch the GPUs' health through NVML: taint unhealthy devices in the ResourceSlice and report device health to the kubelet.")
+	fs.StringVar(&h.IgnoredXIDs, "health-ignored-xids", health.FormatXIDs(health.DefaultIgnoredXIDs),
+		"Comma-separated XIDs that are caused by applications and leave the GPU healthy.")
 	fs.DurationVar(&h.ProbeInterval, "health-probe-interval", 5*time.Second, "How often every GPU is probed (answers, recovery action, ECC counters).")
 	fs.DurationVar(&h.DegradedHold, "health-degraded-hold", 10*time.Minute,
 		"How long a degraded (NoSchedule) condition without a pending recovery action lasts.")

@@ -25,7 +25,7 @@ func Inspect(ctx context.Context, o *Options) (*Inspection, error) {
 	if o.NodeName == "" {
 		o.NodeName = "localhost"
 	}
-	if err := o.resolveDriverName(); err != nil {
+	if err := o.resolveNames(); err != nil {
 		return nil, err
 	}
 	gpus, err := OpenNode(ctx, o)

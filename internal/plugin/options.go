@@ -5,10 +5,7 @@ package plugin
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -16,10 +13,12 @@ import (
 	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/internal/plugin/mig"
 	"github.com/gpudra/gpudra/internal/shared/compat"
+	"github.com/gpudra/gpudra/internal/shared/envflag"
 )
 
-// Options are the plugin's settings. Every flag has an environment variable
-// so that a DaemonSet can set it from the downward API.
+// Options are the plugin's settings, all command-line flags. Only the
+// values a DaemonSet gets from the downward API also come from the
+// environment (EnvVars).
 type Options struct {
 	Kubeconfig   string
 	KubeAPIQPS   float32
@@ -27,9 +26,14 @@ type Options struct {
 	NodeName     string
 	DriverName   string
 	// Compatibility is the --compatibility mode: empty for gpudra's names,
-	// "nvidia" for NVIDIA's DRA driver names and API (see internal/shared/compat);
-	// Validate sets DriverName from it.
+	// "nvidia" for NVIDIA's DRA driver names and API (see internal/shared/compat).
+	// Validate resolves it with DriverName into names and sets DriverName
+	// to the resolved driver name.
 	Compatibility string
+	// names are the resolved names (compat.Resolve), set by Validate.
+	names compat.Names
+	// validated: Validate has succeeded (validateOnce).
+	validated bool
 
 	CDIRoot             string
 	KubeletPluginsDir   string
@@ -57,27 +61,37 @@ type Options struct {
 	Telemetry        TelemetryOptions
 }
 
+// EnvVars are the flags a DaemonSet sets from the downward API (the
+// chart's NODE_NAME and POD_UID), and KUBECONFIG, which every Kubernetes
+// client reads. The command applies them with envflag.Bind: a flag given on
+// the command line wins.
+var EnvVars = []envflag.Var{{Flag: "node-name", Env: "NODE_NAME"}, {Flag: "pod-uid", Env: "POD_UID"},
+	{Flag: "kubeconfig", Env: "KUBECONFIG"}}
+
+// InspectEnvVars are EnvVars of the inspect command.
+var InspectEnvVars = []envflag.Var{{Flag: "node-name", Env: "NODE_NAME"}}
+
 // Discovery holds the flags inspect and the plugin share.
 func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.NodeName, "node-name", env("NODE_NAME", ""), "Name of this node; the pool name and the owner of its ResourceSlices. [$NODE_NAME]")
-	fs.StringVar(&o.DriverName, "driver-name", env("DRIVER_NAME", v1alpha1.DriverName), "DRA driver name. [$DRIVER_NAME]")
-	fs.StringVar(&o.Compatibility, "compatibility", env("GPUDRA_COMPATIBILITY", ""),
+	fs.StringVar(&o.NodeName, "node-name", "", "Name of this node; the pool name and the owner of its ResourceSlices. [$NODE_NAME]")
+	fs.StringVar(&o.DriverName, "driver-name", v1alpha1.DriverName, "DRA driver name.")
+	fs.StringVar(&o.Compatibility, "compatibility", "",
 		"nvidia: serve NVIDIA's DRA driver API (driver gpu.nvidia.com, its attribute names, resource.nvidia.com/v1beta1 GpuConfig and "+
-			"MigDeviceConfig); empty for gpudra's own names. [$GPUDRA_COMPATIBILITY]")
-	fs.StringVar(&o.NvidiaDriverRoot, "nvidia-driver-root", env("NVIDIA_DRIVER_ROOT", "/"),
+			"MigDeviceConfig); empty for gpudra's own names.")
+	fs.StringVar(&o.NvidiaDriverRoot, "nvidia-driver-root", "/",
 		"Root under which the NVIDIA driver is installed, as this process sees it (the chart mounts the host's driver root at /driver-root). "+
-			"A simulated driver root (make fake-driver-root) runs the same code without GPUs. [$NVIDIA_DRIVER_ROOT]")
-	fs.StringVar(&o.HostDriverRoot, "host-driver-root", env("HOST_DRIVER_ROOT", ""),
+			"A simulated driver root (make fake-driver-root) runs the same code without GPUs.")
+	fs.StringVar(&o.HostDriverRoot, "host-driver-root", "",
 		"The same driver root as the host (and so the container runtime) sees it, e.g. / or /run/nvidia/driver; CDI specs name host paths. "+
-			"Default: --nvidia-driver-root (the plugin runs on the host). [$HOST_DRIVER_ROOT]")
+			"Default: --nvidia-driver-root (the plugin runs on the host).")
 	fs.IntVar(&o.MaxDevicesPerSlice, "max-devices-per-slice", 128, "Split the pool into ResourceSlices of at most this many devices (API maximum 128).")
-	fs.StringVar(&o.MIG, "mig", env("GPUDRA_MIG", "static"),
+	fs.StringVar(&o.MIG, "mig", "static",
 		"MIG handling: static (GPUs in MIG mode publish their existing MIG devices; the plugin never changes MIG configuration), "+
 			"dynamic (MIG-capable GPUs publish the whole GPU and every MIG placement; MIG devices are created at prepare and destroyed at unprepare), "+
-			"or off (every GPU whole). GPUs without MIG are always published whole. [$GPUDRA_MIG]")
-	fs.StringSliceVar(&o.MIGProfiles, "mig-profiles", envList("GPUDRA_MIG_PROFILES"),
+			"or off (every GPU whole). GPUs without MIG are always published whole.")
+	fs.StringSliceVar(&o.MIGProfiles, "mig-profiles", nil,
 		"With --mig=dynamic: publish only these MIG profiles (e.g. 1g.10gb,3g.40gb; default all). Fewer devices per GPU make scheduling "+
-			"on the node cheaper; the GPU's MIG counters are unchanged. [$GPUDRA_MIG_PROFILES, comma-separated]")
+			"on the node cheaper; the GPU's MIG counters are unchanged.")
 	o.addGPUSharingFlag(fs)
 }
 
@@ -87,21 +101,21 @@ func (o *Options) AddInspectFlags(fs *pflag.FlagSet) { o.addDiscoveryFlags(fs) }
 // AddFlags registers all plugin flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.addDiscoveryFlags(fs)
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "Kubeconfig file; in-cluster config when empty. [$KUBECONFIG]")
-	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", envFloat("KUBE_API_QPS", 200),
-		"Client-side QPS limit towards the API server (ResourceSlice publishing). Claim reads for prepare calls are exempt: they follow the kubelet's own rate-limited reads one to one. [$KUBE_API_QPS]")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", envInt("KUBE_API_BURST", 400), "Client-side burst towards the API server. [$KUBE_API_BURST]")
-	fs.StringVar(&o.CDIRoot, "cdi-root", env("CDI_ROOT", "/var/run/cdi"), "Directory for the per-claim CDI specs; must be one the container runtime reads. [$CDI_ROOT]")
-	fs.StringVar(&o.KubeletPluginsDir, "kubelet-plugins-directory", env("KUBELET_PLUGINS_DIRECTORY", "/var/lib/kubelet/plugins"),
-		"Kubelet plugin directory; the plugin's socket and checkpoint live in <dir>/<driver-name>. [$KUBELET_PLUGINS_DIRECTORY]")
-	fs.StringVar(&o.KubeletRegistrarDir, "kubelet-registrar-directory", env("KUBELET_REGISTRAR_DIRECTORY", "/var/lib/kubelet/plugins_registry"),
-		"Kubelet plugin registration directory. [$KUBELET_REGISTRAR_DIRECTORY]")
-	fs.StringVar(&o.PodUID, "pod-uid", env("POD_UID", ""),
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster config when empty. [$KUBECONFIG]")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", 200,
+		"Client-side QPS limit towards the API server (ResourceSlice publishing). Claim reads for prepare calls are exempt: they follow the kubelet's own rate-limited reads one to one.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 400, "Client-side burst towards the API server.")
+	fs.StringVar(&o.CDIRoot, "cdi-root", "/var/run/cdi", "Directory for the per-claim CDI specs; must be one the container runtime reads.")
+	fs.StringVar(&o.KubeletPluginsDir, "kubelet-plugins-directory", "/var/lib/kubelet/plugins",
+		"Kubelet plugin directory; the plugin's socket and checkpoint live in <dir>/<driver-name>.")
+	fs.StringVar(&o.KubeletRegistrarDir, "kubelet-registrar-directory", "/var/lib/kubelet/plugins_registry",
+		"Kubelet plugin registration directory.")
+	fs.StringVar(&o.PodUID, "pod-uid", "",
 		"UID of the plugin's pod; enables rolling updates where old and new plugin pods run side by side. [$POD_UID]")
-	fs.StringVar(&o.NvidiaCDIHookPath, "nvidia-cdi-hook-path", env("NVIDIA_CDI_HOOK_PATH", ""),
-		"Host path of nvidia-cdi-hook for the generated CDI hooks (real GPUs only). [$NVIDIA_CDI_HOOK_PATH]")
-	fs.StringVar(&o.MetricsAddress, "metrics-address", env("METRICS_ADDRESS", ""),
-		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables. [$METRICS_ADDRESS]")
+	fs.StringVar(&o.NvidiaCDIHookPath, "nvidia-cdi-hook-path", "",
+		"Host path of nvidia-cdi-hook for the generated CDI hooks (real GPUs only).")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", "",
+		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables.")
 	o.addHealthFlags(fs)
 	o.addTelemetryFlags(fs)
 	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
@@ -109,20 +123,25 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.addSharingToolFlags(fs)
 }
 
-// resolveDriverName sets DriverName from --compatibility.
-func (o *Options) resolveDriverName() error {
-	mode, err := compat.ParseMode(o.Compatibility)
+// resolveNames resolves --compatibility and --driver-name into the names
+// the plugin publishes and reads, and DriverName into the resolved name.
+func (o *Options) resolveNames() error {
+	names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility, Driver: o.DriverName})
 	if err != nil {
-		return fmt.Errorf("--compatibility: %w", err)
+		return err
 	}
-	if o.DriverName, err = compat.DriverFor(mode, o.DriverName); err != nil {
-		return fmt.Errorf("--driver-name: %w", err)
-	}
+	o.names, o.DriverName = names, names.Driver
 	return nil
 }
 
-// names are the names the plugin publishes and reads, after Validate.
-func (o *Options) names() compat.Names { return compat.ForDriver(o.DriverName) }
+// validateOnce runs Validate unless it has succeeded before: the names are
+// resolved once per program, however many entry points check the options.
+func (o *Options) validateOnce() error {
+	if o.validated {
+		return nil
+	}
+	return o.Validate()
+}
 
 // PluginDataDir is where the socket and checkpoint of the driver live.
 func (o *Options) PluginDataDir() string { return filepath.Join(o.KubeletPluginsDir, o.DriverName) }
@@ -135,7 +154,7 @@ func (o *Options) Validate() error {
 	if o.NodeName == "" {
 		return fmt.Errorf("--node-name (or $NODE_NAME) is required: it names the node's ResourceSlice pool")
 	}
-	if err := o.resolveDriverName(); err != nil {
+	if err := o.resolveNames(); err != nil {
 		return err
 	}
 	if o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128 {
@@ -152,40 +171,9 @@ func (o *Options) Validate() error {
 	if err := o.validateTelemetry(); err != nil {
 		return err
 	}
-	return o.validateSharing()
-}
-
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
-		return v
+	if err := o.validateSharing(); err != nil {
+		return err
 	}
-	return def
-}
-
-func envList(name string) []string {
-	if v := env(name, ""); v != "" {
-		return strings.Split(v, ",")
-	}
+	o.validated = true
 	return nil
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(env(name, "")); err == nil {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(env(name, "")); err == nil {
-		return v
-	}
-	return def
-}
-
-func envFloat(name string, def float32) float32 {
-	if v, err := strconv.ParseFloat(env(name, ""), 32); err == nil {
-		return float32(v)
-	}
-	return def
 }

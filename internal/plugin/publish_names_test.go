@@ -29,7 +29,7 @@ func TestPublishedTaintKeys(t *testing.T) {
 		{"gpu.nvidia.com", []string{"gpu.nvidia.com/lost", "example.com/maintenance"}},
 	} {
 		b := base()
-		p := &publisher{base: b, names: compat.ForDriver(tc.driver)}
+		p := &publisher{base: b, names: compat.MustResolve(compat.Flags{Driver: tc.driver})}
 		got := publishedTaintKeys(p.names, p.desiredLocked())
 		taints := got.Pools["node-a"].Slices[0].Devices[1].Taints
 		if len(taints) != len(tc.want) {

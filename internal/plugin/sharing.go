@@ -26,23 +26,23 @@ const (
 )
 
 func (o *Options) addGPUSharingFlag(fs *pflag.FlagSet) {
-	fs.StringVar(&o.GPUSharing, "gpu-sharing", env("GPU_SHARING", SharingExclusive),
+	fs.StringVar(&o.GPUSharing, "gpu-sharing", SharingExclusive,
 		"How this node's GPUs are published: 'exclusive' (one claim per GPU, unless claims share one ResourceClaim) or "+
 			"'consumable' (allowMultipleAllocations: several claims each get capacity.requests.memory of one GPU, "+
-			"enforced through an MPS pinned-memory limit). [$GPU_SHARING]")
+			"enforced through an MPS pinned-memory limit).")
 }
 
 func (o *Options) addSharingToolFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.NvidiaSMIPath, "nvidia-smi-path", env("NVIDIA_SMI_PATH", ""),
-		"nvidia-smi used to set GPU time slices (NVML has no API for it). Default: <nvidia-driver-root>/usr/bin/nvidia-smi or $PATH. [$NVIDIA_SMI_PATH]")
-	fs.StringVar(&o.MPSControlPath, "mps-control-path", env("MPS_CONTROL_PATH", ""),
-		"nvidia-cuda-mps-control used to run MPS control daemons. Default: <nvidia-driver-root>/usr/bin/nvidia-cuda-mps-control or $PATH. [$MPS_CONTROL_PATH]")
-	fs.StringVar(&o.MPSRoot, "mps-root", env("MPS_ROOT", ""),
-		"Host directory for the MPS daemons' pipe and log directories (mounted into containers). Default: <plugin dir>/mps. [$MPS_ROOT]")
-	fs.DurationVar(&o.MPSCheckInterval, "mps-check-interval", envDuration("MPS_CHECK_INTERVAL", 10*time.Second),
+	fs.StringVar(&o.NvidiaSMIPath, "nvidia-smi-path", "",
+		"nvidia-smi used to set GPU time slices (NVML has no API for it). Default: <nvidia-driver-root>/usr/bin/nvidia-smi or $PATH.")
+	fs.StringVar(&o.MPSControlPath, "mps-control-path", "",
+		"nvidia-cuda-mps-control used to run MPS control daemons. Default: <nvidia-driver-root>/usr/bin/nvidia-cuda-mps-control or $PATH.")
+	fs.StringVar(&o.MPSRoot, "mps-root", "",
+		"Host directory for the MPS daemons' pipe and log directories (mounted into containers). Default: <plugin dir>/mps.")
+	fs.DurationVar(&o.MPSCheckInterval, "mps-check-interval", 10*time.Second,
 		"How often the MPS control daemon of every prepared claim is asked whether it answers; one that does not (its plugin "+
 			"container was restarted, or a rolling update's old pod exited) is started again and a MPSDaemonReplaced event "+
-			"is recorded on the claim. 0 disables the check (recovery and repeated prepares still do it). [$MPS_CHECK_INTERVAL]")
+			"is recorded on the claim. 0 disables the check (recovery and repeated prepares still do it).")
 }
 
 // superviseMPS checks the MPS daemons of prepared claims every interval
@@ -71,13 +71,14 @@ func (o *Options) validateSharing() error {
 
 func (o *Options) sliceOptions() slice.Options {
 	return slice.Options{MaxDevicesPerSlice: o.maxDevicesPerSlice(), ConsumableMemory: o.GPUSharing == SharingConsumable,
-		NVIDIAAttributes: o.names().Mode == compat.NVIDIA}
+		NVIDIAAttributes: o.names.Mode == compat.NVIDIA}
 }
 
 // sharingTools returns the time slicer and MPS control of the node.
 func (o *Options) sharingTools(ctx context.Context) (sharing.TimeSlicer, *sharing.MPSControl, error) {
+	driverRoot := o.roots().Driver
 	var env []string
-	if lib, err := nvmllib.FindLibrary(o.NvidiaDriverRoot); err == nil && o.roots().Driver != "/" {
+	if lib, err := nvmllib.FindLibrary(driverRoot); err == nil && driverRoot != "/" {
 		// Tools run from a driver root mounted into the plugin's container
 		// load the driver's libraries from there.
 		env = []string{"LD_LIBRARY_PATH=" + filepath.Dir(lib)}
@@ -97,14 +98,15 @@ func (o *Options) sharingTools(ctx context.Context) (sharing.TimeSlicer, *sharin
 	return smi, mps, nil
 }
 
-// tool resolves a helper binary: the flag, else the driver root's usr/bin,
-// else $PATH. It returns "" if none exists; prepares that need it then fail
-// with a message naming the flag.
+// tool resolves a helper binary: the flag, else the driver root's usr/bin
+// (the root as roots() reads it: an empty --nvidia-driver-root is /), else
+// $PATH. It returns "" if none exists; prepares that need it then fail with
+// a message naming the flag.
 func (o *Options) tool(flag, name string) string {
 	if flag != "" {
 		return flag
 	}
-	if p := filepath.Join(o.NvidiaDriverRoot, "usr", "bin", name); nvmllib.Exists(p) {
+	if p := filepath.Join(o.roots().Driver, "usr", "bin", name); nvmllib.Exists(p) {
 		return p
 	}
 	if p, err := exec.LookPath(name); err == nil {

@@ -35,9 +35,25 @@ func TestSharingToolResolution(t *testing.T) {
 	smi := filepath.Join(root, "usr", "bin", "nvidia-smi")
 	require.NoError(t, os.WriteFile(smi, []byte("#!/bin/sh\n"), 0o755))
 	t.Setenv("PATH", t.TempDir())
-
-	o := &Options{NvidiaDriverRoot: root}
-	require.Equal(t, smi, o.tool("", "nvidia-smi"), "found under the driver root")
-	require.Empty(t, o.tool("", "nvidia-cuda-mps-control"), "missing everywhere: prepares that need it fail")
-	require.Equal(t, "/opt/x", o.tool("/opt/x", "nvidia-smi"), "the flag wins")
+	// The working directory holds usr/bin/nvidia-smi too: an empty driver
+	// root is /, never the working directory.
+	t.Chdir(root)
+	if _, err := os.Stat("/usr/bin/nvidia-smi"); err == nil {
+		t.Skip("this machine has /usr/bin/nvidia-smi")
+	}
+	tests := []struct {
+		name, driverRoot, flag, tool, want string
+	}{
+		{name: "found under the driver root", driverRoot: root, tool: "nvidia-smi", want: smi},
+		{name: "the driver root as given, uncleaned", driverRoot: root + "/./", tool: "nvidia-smi", want: smi},
+		{name: "missing everywhere: prepares that need it fail", driverRoot: root, tool: "nvidia-cuda-mps-control", want: ""},
+		{name: "the flag wins", driverRoot: root, flag: "/opt/x", tool: "nvidia-smi", want: "/opt/x"},
+		{name: "an empty driver root is /, not the working directory", driverRoot: "", tool: "nvidia-smi", want: ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &Options{NvidiaDriverRoot: tc.driverRoot}
+			require.Equal(t, tc.want, o.tool(tc.flag, tc.tool))
+		})
+	}
 }

@@ -24,13 +24,9 @@ type TelemetryOptions struct {
 }
 
 func (o *Options) addTelemetryFlags(fs *pflag.FlagSet) {
-	def := telemetry.DefaultInterval
-	if v, err := time.ParseDuration(env("GPUDRA_TELEMETRY_INTERVAL", "")); err == nil {
-		def = v
-	}
-	fs.DurationVar(&o.Telemetry.Interval, "telemetry-interval", def,
+	fs.DurationVar(&o.Telemetry.Interval, "telemetry-interval", telemetry.DefaultInterval,
 		"How often the GPUs' utilization, memory, power, temperature, clocks and throttle reasons are sampled for /metrics "+
-			"(labelled with the claim and pods holding each device); 0 turns it off. Needs --metrics-address. [$GPUDRA_TELEMETRY_INTERVAL]")
+			"(labelled with the claim and pods holding each device); 0 turns it off. Needs --metrics-address.")
 }
 
 func (o *Options) validateTelemetry() error {

@@ -98,7 +98,7 @@ func (k *kit) newPreparer(ctx context.Context, s *Section, node *model.Node) *pr
 		return nil
 	}
 	// No MIG manager, no MPS control, a refusing time slicer: see guard.go.
-	p.m, err = prepare.New(prepare.Config{DriverName: k.cfg.DriverName, PoolName: k.cfg.NodeName, Node: p.node,
+	p.m, err = prepare.New(prepare.Config{Names: k.names, PoolName: k.cfg.NodeName, Node: p.node,
 		Checkpoints: p.store, CDI: p.writer, LockDir: p.dirs.locks, TimeSlicer: p.slicer})
 	if !s.check(err, "create the prepare manager (no MIG manager, no MPS, refusing time slicer)") {
 		return nil

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
 const (
@@ -76,7 +77,7 @@ func TestGuardClaim(t *testing.T) {
 func TestManagerRefusesSharing(t *testing.T) {
 	r := newSimRun(t, "l4")
 	_, ctx := ktesting.NewTestContext(t)
-	k := &kit{cfg: r.cfg, r: &Report{}}
+	k := &kit{cfg: r.cfg, names: compat.MustResolve(compat.Flags{Driver: r.cfg.DriverName}), r: &Report{}}
 	node := k.inspect(ctx)
 	require.NotNil(t, node)
 	defer k.shutdown()

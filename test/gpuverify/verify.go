@@ -34,6 +34,7 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/cdi"
 	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
 // ReadOnlyStatement heads every report.
@@ -97,8 +98,10 @@ func (c *Config) validate() error {
 // kit is one run.
 type kit struct {
 	cfg Config
-	lib nvml.Interface
-	r   *Report
+	// names are the driver's names, resolved once from cfg.DriverName.
+	names compat.Names
+	lib   nvml.Interface
+	r     *Report
 }
 
 // Run verifies the node and returns the report. The error is only for a
@@ -108,7 +111,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	k := &kit{cfg: cfg, r: &Report{ReadOnly: ReadOnlyStatement, NodeName: cfg.NodeName, DriverRoot: cfg.DriverRoot,
+	names, err := compat.Resolve(compat.Flags{Driver: cfg.DriverName})
+	if err != nil {
+		return nil, fmt.Errorf("gpuverify: %w", err)
+	}
+	k := &kit{cfg: cfg, names: names, r: &Report{ReadOnly: ReadOnlyStatement, NodeName: cfg.NodeName, DriverRoot: cfg.DriverRoot,
 		Library: cfg.Library}}
 	defer k.r.count()
 	node := k.inspect(ctx)

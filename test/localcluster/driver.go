@@ -74,21 +74,20 @@ func (c *Cluster) InstallDriver(ctx context.Context, extra ...string) error {
 }
 
 // namesOfValues returns the names of the driver that --set values install:
-// the last compatibility=... value decides (internal/shared/compat).
+// the last compatibility=... value decides (internal/shared/compat); a value
+// the chart would reject leaves gpudra's names.
 func namesOfValues(values []string) compat.Names {
-	mode := compat.Native
+	var flags compat.Flags
 	for _, v := range values {
 		if key, val, ok := strings.Cut(v, "="); ok && key == "compatibility" {
-			if m, err := compat.ParseMode(val); err == nil {
-				mode = m
-			}
+			flags.Compatibility = val
 		}
 	}
-	driver, err := compat.DriverFor(mode, "")
+	names, err := compat.Resolve(flags)
 	if err != nil {
 		return compat.Default()
 	}
-	return compat.ForDriver(driver)
+	return names
 }
 
 // Names are the names of the installed driver: its driver name and classes.

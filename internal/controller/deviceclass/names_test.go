@@ -13,7 +13,7 @@ import (
 // In the NVIDIA compatibility mode the classes are NVIDIA's names and select
 // devices of gpu.nvidia.com only; natively nothing changes.
 func TestClassesPerMode(t *testing.T) {
-	nv := compat.ForDriver(compat.NVIDIADriverName)
+	nv := compat.MustResolve(compat.Flags{Compatibility: "nvidia"})
 	for _, tc := range []struct {
 		names            compat.Names
 		gpu, mig, model  string

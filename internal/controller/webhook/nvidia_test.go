@@ -37,7 +37,7 @@ func TestAdmissionNVIDIAMode(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := NewHandlerFor(prometheus.NewRegistry(), compat.ForDriver(compat.NVIDIADriverName))
+			h, err := NewHandlerFor(prometheus.NewRegistry(), compat.MustResolve(compat.Flags{Compatibility: "nvidia"}))
 			require.NoError(t, err)
 			req := request(KindResourceClaim, "v1", admissionv1.Create, object(KindResourceClaim, "v1", "bad", tc.cfg), nil)
 			w := post(t, h, "application/json", reviewBody(t, req))

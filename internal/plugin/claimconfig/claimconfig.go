@@ -50,14 +50,14 @@ type decodedConfig struct {
 	forKind compat.DeviceKind
 }
 
-// Resolve returns the devices of claim's allocation that belong to driverName
-// and poolName (the devices of this node), in allocation order, each with its
+// Resolve returns the devices of claim's allocation that belong to the driver
+// names.Driver and poolName (the devices of this node), in allocation order, each with its
 // effective configuration. A device that no configuration applies to gets
 // v1alpha1.DefaultGpuClaimParameters().
 //
-// Every opaque configuration for driverName is decoded with the driver's
-// decoder (compat.ForDriver(driverName).Decode: v1alpha1.Decode natively,
-// NVIDIA's GpuConfig and MigDeviceConfig too for gpu.nvidia.com), including
+// Every opaque configuration for the driver is decoded with names.Decode
+// (v1alpha1.Decode natively, NVIDIA's GpuConfig and MigDeviceConfig too in
+// the NVIDIA mode), including
 // ones that end up overridden, so that mistakes do not go unnoticed. A
 // configuration that cannot be decoded fails the whole claim with an error
 // that names the claim, the configuration and the requests it targets, and
@@ -66,7 +66,7 @@ type decodedConfig struct {
 // all requests skips devices of the other kind, one that names a request
 // fails the claim on a device of the other kind. A claim that is not
 // allocated is an error too.
-func Resolve(claim *resourceapi.ResourceClaim, driverName, poolName string) ([]DeviceConfig, error) {
+func Resolve(claim *resourceapi.ResourceClaim, names compat.Names, poolName string) ([]DeviceConfig, error) {
 	if claim == nil {
 		return nil, errors.New("no ResourceClaim given")
 	}
@@ -75,7 +75,7 @@ func Resolve(claim *resourceapi.ResourceClaim, driverName, poolName string) ([]D
 	}
 	devices := claim.Status.Allocation.Devices
 
-	configs, err := decodeConfigs(claim, driverName)
+	configs, err := decodeConfigs(claim, names)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func Resolve(claim *resourceapi.ResourceClaim, driverName, poolName string) ([]D
 	var out []DeviceConfig
 	for i := range devices.Results {
 		result := &devices.Results[i]
-		if result.Driver != driverName || result.Pool != poolName {
+		if result.Driver != names.Driver || result.Pool != poolName {
 			continue
 		}
 		var params *v1alpha1.GpuClaimParameters
@@ -116,16 +116,15 @@ func Resolve(claim *resourceapi.ResourceClaim, driverName, poolName string) ([]D
 	return out, nil
 }
 
-// decodeConfigs decodes the opaque configurations of driverName, ordered by
+// decodeConfigs decodes the opaque configurations of names.Driver, ordered by
 // precedence: class configurations first, then claim configurations, each
 // group in list order.
-func decodeConfigs(claim *resourceapi.ResourceClaim, driverName string) ([]decodedConfig, error) {
+func decodeConfigs(claim *resourceapi.ResourceClaim, names compat.Names) ([]decodedConfig, error) {
 	all := claim.Status.Allocation.Devices.Config
-	names := compat.ForDriver(driverName)
 	var ours []decodedConfig
 	for i := range all {
 		c := &all[i]
-		if c.Opaque == nil || c.Opaque.Driver != driverName {
+		if c.Opaque == nil || c.Opaque.Driver != names.Driver {
 			continue
 		}
 		if c.Source != resourceapi.AllocationConfigSourceClass && c.Source != resourceapi.AllocationConfigSourceClaim {

@@ -12,7 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 )
+
+// native are the names Resolve serves in these tests: driver gpu.gpudra.io.
+var native = compat.Default()
 
 const (
 	driver = v1alpha1.DriverName
@@ -179,7 +183,7 @@ func TestResolve(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Resolve(tt.claim, driver, pool)
+			got, err := Resolve(tt.claim, native, pool)
 			require.NoError(t, err)
 			require.Len(t, got, len(tt.want))
 			for i, w := range tt.want {
@@ -230,7 +234,7 @@ func TestResolveInvalidConfig(t *testing.T) {
 			// The invalid config comes after a valid one and is invalid even
 			// though no device of this node uses it.
 			c := newClaim([]resourceapi.DeviceRequestAllocationResult{gpu("other", "gpu-0")}, fromClaim(short), tt.config)
-			got, err := Resolve(c, driver, pool)
+			got, err := Resolve(c, native, pool)
 			require.Error(t, err)
 			assert.Nil(t, got)
 			assert.Equal(t, tt.want, err.Error())
@@ -241,17 +245,17 @@ func TestResolveInvalidConfig(t *testing.T) {
 }
 
 func TestResolveErrors(t *testing.T) {
-	_, err := Resolve(nil, driver, pool)
+	_, err := Resolve(nil, native, pool)
 	assert.EqualError(t, err, "no ResourceClaim given")
 
 	unallocated := newClaim(nil)
 	unallocated.Status.Allocation = nil
-	_, err = Resolve(unallocated, driver, pool)
+	_, err = Resolve(unallocated, native, pool)
 	assert.EqualError(t, err, "ResourceClaim ml/train-gpus is not allocated (status.allocation is empty)")
 
 	badSource := newClaim([]resourceapi.DeviceRequestAllocationResult{gpu("gpu", "gpu-0")},
 		config("FromSomewhere", driver, short))
-	_, err = Resolve(badSource, driver, pool)
+	_, err = Resolve(badSource, native, pool)
 	assert.EqualError(t, err, `ResourceClaim ml/train-gpus: status.allocation.devices.config[0] has unknown `+
 		`source "FromSomewhere", expected "FromClass" or "FromClaim"`)
 	var de *v1alpha1.DecodeError
@@ -261,7 +265,7 @@ func TestResolveErrors(t *testing.T) {
 func TestResolveParametersObject(t *testing.T) {
 	cfg := fromClaim("")
 	cfg.Opaque.Parameters = runtime.RawExtension{Object: sliced(v1alpha1.LongTimeSlice)}
-	got, err := Resolve(newClaim([]resourceapi.DeviceRequestAllocationResult{gpu("gpu", "gpu-0")}, cfg), driver, pool)
+	got, err := Resolve(newClaim([]resourceapi.DeviceRequestAllocationResult{gpu("gpu", "gpu-0")}, cfg), native, pool)
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	assert.Equal(t, sliced(v1alpha1.LongTimeSlice), got[0].Config)
@@ -273,7 +277,7 @@ func TestResolveReturnsCopies(t *testing.T) {
 	r.ShareID = &share
 	c := newClaim([]resourceapi.DeviceRequestAllocationResult{r, gpu("gpu", "gpu-1")}, fromClaim(long))
 
-	got, err := Resolve(c, driver, pool)
+	got, err := Resolve(c, native, pool)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	assert.Equal(t, r, got[0].Result)
@@ -283,7 +287,7 @@ func TestResolveReturnsCopies(t *testing.T) {
 	assert.Equal(t, v1alpha1.LongTimeSlice, got[1].Config.Sharing.TimeSlicing.Interval)
 	assert.Equal(t, types.UID("share-1"), *c.Status.Allocation.Devices.Results[0].ShareID)
 
-	again, err := Resolve(c, driver, pool)
+	again, err := Resolve(c, native, pool)
 	require.NoError(t, err)
 	assert.Equal(t, v1alpha1.LongTimeSlice, again[0].Config.Sharing.TimeSlicing.Interval)
 }

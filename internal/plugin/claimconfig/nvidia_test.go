@@ -70,7 +70,7 @@ func TestResolveNVIDIAKinds(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Resolve(newClaim(tc.results, tc.configs...), compat.NVIDIADriverName, pool)
+			got, err := Resolve(newClaim(tc.results, tc.configs...), compat.MustResolve(compat.Flags{Compatibility: "nvidia"}), pool)
 			if tc.errHas != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), tc.errHas)
@@ -87,7 +87,7 @@ func TestResolveNVIDIAKinds(t *testing.T) {
 
 // Natively, NVIDIA's configurations are rejected as before.
 func TestResolveNativeRejectsNVIDIAConfig(t *testing.T) {
-	_, err := Resolve(newClaim([]resourceapi.DeviceRequestAllocationResult{gpu("a", "gpu-1")}, fromClaim(nvSliced)), driver, pool)
+	_, err := Resolve(newClaim([]resourceapi.DeviceRequestAllocationResult{gpu("a", "gpu-1")}, fromClaim(nvSliced)), native, pool)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "GpuClaimParameters")
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/checkpoint"
 	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/sharing"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
 const (
@@ -86,7 +87,7 @@ func (e *env) tryManager() (*Manager, RecoverReport, error) {
 	}
 	mps, err := sharing.NewMPSControl(sharing.MPSOptions{ControlPath: fakeMPSControl(e.t), Root: e.mpsRoot})
 	require.NoError(e.t, err)
-	m, err := New(Config{DriverName: testDriver, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir,
+	m, err := New(Config{Names: compat.Default(), PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir,
 		TimeSlicer: e.slicer, MPS: mps, OnMPSDaemon: e.recordMPS})
 	require.NoError(e.t, err)
 	rep, err := m.Recover(ctx(e.t))

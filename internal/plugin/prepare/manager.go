@@ -28,11 +28,14 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/mig"
 	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/sharing"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
 // Config wires a Manager.
 type Config struct {
-	DriverName string
+	// Names are the driver's names (compat.Resolve): its allocations and
+	// opaque configurations are the ones of Names.Driver.
+	Names compat.Names
 	// PoolName is the node's pool (the node name).
 	PoolName    string
 	Node        *model.Node

@@ -15,6 +15,7 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/discovery"
 	"github.com/gpudra/gpudra/internal/plugin/mig"
 	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 	"github.com/gpudra/gpudra/test/sim"
 )
 
@@ -78,7 +79,7 @@ func (e *migEnv) tryManager() (*Manager, RecoverReport, error) {
 	w, err := cdi.NewWriter(e.cdiDir, edits)
 	require.NoError(e.t, err)
 	w.SetMIGCaps(cdi.SimulatedMIGCaps{})
-	m, err := New(Config{DriverName: testDriver, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir, MIG: e.mgr})
+	m, err := New(Config{Names: compat.Default(), PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir, MIG: e.mgr})
 	require.NoError(e.t, err)
 	rep, err := m.Recover(ctx(e.t))
 	return m, rep, err

@@ -46,7 +46,7 @@ func after(phase string) {
 // Calling it again for a prepared claim returns the same result.
 func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	t := m.phases("prepare")
-	configs, err := claimconfig.Resolve(claim, m.cfg.DriverName, m.cfg.PoolName)
+	configs, err := claimconfig.Resolve(claim, m.cfg.Names, m.cfg.PoolName)
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ func TestNVIDIAAttributes(t *testing.T) {
 // gpu.nvidia.com/parentUUID) allocate on the compatibility mode's slices
 // with the scheduler's allocator, and not on native slices.
 func TestNVIDIAClaimsAllocate(t *testing.T) {
-	nv := compat.ForDriver(compat.NVIDIADriverName)
+	nv := compat.MustResolve(compat.Flags{Compatibility: "nvidia"})
 	lister := classLister{}
 	for _, c := range deviceclass.BaseClassesFor(nv, "") {
 		lister[c.Name] = c

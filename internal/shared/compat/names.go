@@ -1,10 +1,13 @@
 // Package compat is the one place that knows the names gpudra publishes
-// under: the DRA driver name, the base DeviceClasses, the CDI vendor and the
-// domain of the health taints, for gpudra's native names and for the NVIDIA
-// compatibility mode (driver gpu.nvidia.com, NVIDIA's class names, attribute
-// names and opaque configuration API). Every component derives its Names from
-// the driver name it serves (ForDriver), so the mode follows the one value the
-// chart sets.
+// under: the DRA driver name, the base DeviceClasses, the CDI vendor, the
+// domain of the health taints and the opaque configuration API, for gpudra's
+// native names and for the NVIDIA compatibility mode (driver gpu.nvidia.com,
+// NVIDIA's class names, attribute names and opaque configuration API).
+//
+// Every program resolves its Names once, from its --compatibility flag (and
+// its driver name flag where it has one), with Resolve, and passes them down;
+// nothing derives names from a driver name afterwards. The Helm chart's one
+// counterpart is the gpudra.driverName helper of its _helpers.tpl.
 package compat
 
 import (
@@ -32,65 +35,88 @@ const (
 // NVIDIADriverName is the driver name of the NVIDIA compatibility mode.
 const NVIDIADriverName = "gpu.nvidia.com"
 
-// ParseMode reads the --compatibility flag: empty or "none" for native names,
-// "nvidia" for the NVIDIA compatibility mode.
-func ParseMode(s string) (Mode, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "none", "native":
-		return Native, nil
-	case string(NVIDIA):
-		return NVIDIA, nil
-	}
-	return Native, fmt.Errorf("compatibility mode %q is not supported: use \"nvidia\" (NVIDIA's DRA driver names and API) or leave it empty", s)
-}
-
-// DriverFor returns the driver name a mode serves: gpu.nvidia.com in the
-// NVIDIA mode, else driverName (gpudra's default when empty). An explicit
-// driver name that contradicts the mode is an error.
-func DriverFor(mode Mode, driverName string) (string, error) {
-	if mode == NVIDIA {
-		if driverName != "" && driverName != v1alpha1.DriverName && driverName != NVIDIADriverName {
-			return "", fmt.Errorf("driver name %q cannot be used in the %s compatibility mode, which serves %s; drop the driver name",
-				driverName, mode, NVIDIADriverName)
-		}
-		return NVIDIADriverName, nil
-	}
-	if driverName == "" {
-		return v1alpha1.DriverName, nil
-	}
-	return driverName, nil
+// Flags are the command-line values names are resolved from.
+type Flags struct {
+	// Compatibility is --compatibility: empty, "none" or "native" for
+	// gpudra's names, "nvidia" for the NVIDIA compatibility mode.
+	Compatibility string
+	// Driver is the program's driver name flag; empty (or gpudra's default
+	// name, which gives way to the mode's) for the mode's driver.
+	Driver string
+	// DriverFlag is how that flag is spelt in error messages; empty for
+	// "--driver-name".
+	DriverFlag string
 }
 
 // Names are the names one driver instance publishes and reads.
 type Names struct {
-	// Mode is NVIDIA for the driver gpu.nvidia.com, else Native.
+	// Mode is the compatibility mode the names belong to.
 	Mode Mode
 	// Driver is the DRA driver name; also the attribute and capacity
-	// domain of its devices.
+	// domain of its devices, and the domain of its health taints.
 	Driver string
 	// GPUClass and MIGClass name the base DeviceClasses.
 	GPUClass, MIGClass string
 	// CDIVendor is the vendor of the per-claim CDI specs.
 	CDIVendor string
+	// ConfigAPIVersion is the apiVersion of the opaque configuration kinds
+	// the mode defines (Decode also accepts gpudra's own in the NVIDIA mode).
+	ConfigAPIVersion string
 }
 
-// ForDriver returns the names of the driver called driverName: the NVIDIA
-// compatibility names for gpu.nvidia.com, gpudra's names otherwise (with
-// driverName as driver name, attribute domain and CDI vendor).
-func ForDriver(driverName string) Names {
-	if driverName == "" {
-		driverName = v1alpha1.DriverName
+// Resolve returns the names that the flags select. It is the only way from
+// flags to names: call it once per program and pass the Names down.
+//
+// The NVIDIA mode serves gpu.nvidia.com: a driver name other than that or
+// gpudra's default is an error. Natively the driver name is the flag's
+// (gpudra's default when empty); the name gpu.nvidia.com alone also selects
+// the NVIDIA mode, since a driver of that name must speak NVIDIA's API.
+func Resolve(f Flags) (Names, error) {
+	driverFlag := f.DriverFlag
+	if driverFlag == "" {
+		driverFlag = "--driver-name"
 	}
-	if driverName == NVIDIADriverName {
-		return Names{Mode: NVIDIA, Driver: driverName, GPUClass: "gpu.nvidia.com", MIGClass: "mig.nvidia.com",
-			CDIVendor: "k8s." + driverName}
+	var mode Mode
+	switch strings.ToLower(strings.TrimSpace(f.Compatibility)) {
+	case "", "none", "native":
+		mode = Native
+	case string(NVIDIA):
+		mode = NVIDIA
+	default:
+		return Names{}, fmt.Errorf("--compatibility=%q is not supported: use \"nvidia\" (NVIDIA's DRA driver names and API) or leave it empty",
+			f.Compatibility)
 	}
-	return Names{Mode: Native, Driver: driverName, GPUClass: "gpu.gpudra.io", MIGClass: "mig.gpudra.io",
-		CDIVendor: "k8s." + driverName}
+	driver := f.Driver
+	if driver == "" {
+		driver = v1alpha1.DriverName
+	}
+	if mode == NVIDIA {
+		if driver != v1alpha1.DriverName && driver != NVIDIADriverName {
+			return Names{}, fmt.Errorf("%s=%q cannot be used with --compatibility=%s, which serves %s: drop %s",
+				driverFlag, driver, mode, NVIDIADriverName, driverFlag)
+		}
+		driver = NVIDIADriverName
+	}
+	if driver == NVIDIADriverName {
+		return Names{Mode: NVIDIA, Driver: driver, GPUClass: "gpu.nvidia.com", MIGClass: "mig.nvidia.com",
+			CDIVendor: "k8s." + driver, ConfigAPIVersion: NVIDIAAPIVersion}, nil
+	}
+	return Names{Mode: Native, Driver: driver, GPUClass: "gpu.gpudra.io", MIGClass: "mig.gpudra.io",
+		CDIVendor: "k8s." + driver, ConfigAPIVersion: v1alpha1.APIVersion}, nil
 }
 
-// Default returns gpudra's native names.
-func Default() Names { return ForDriver(v1alpha1.DriverName) }
+// MustResolve is Resolve for flags written in the code (defaults, tests);
+// it panics on flags Resolve rejects.
+func MustResolve(f Flags) Names {
+	n, err := Resolve(f)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// Default returns gpudra's native names (Resolve of no flags).
+func Default() Names { return MustResolve(Flags{}) }
 
 // nativeTaintDomain is the domain of the taint keys internal/plugin/health uses.
 const nativeTaintDomain = v1alpha1.DriverName + "/"

@@ -1,49 +1,57 @@
 package compat
 
 import (
+	"strings"
 	"testing"
 )
 
-func TestForDriver(t *testing.T) {
+func TestResolve(t *testing.T) {
+	native := func(driver string) Names {
+		return Names{Mode: Native, Driver: driver, GPUClass: "gpu.gpudra.io", MIGClass: "mig.gpudra.io",
+			CDIVendor: "k8s." + driver, ConfigAPIVersion: "resource.gpudra.io/v1alpha1"}
+	}
+	nvidia := Names{Mode: NVIDIA, Driver: "gpu.nvidia.com", GPUClass: "gpu.nvidia.com", MIGClass: "mig.nvidia.com",
+		CDIVendor: "k8s.gpu.nvidia.com", ConfigAPIVersion: "resource.nvidia.com/v1beta1"}
 	tests := []struct {
-		driver string
-		want   Names
+		name    string
+		flags   Flags
+		want    Names
+		wantErr string
 	}{
-		{"", Names{Mode: Native, Driver: "gpu.gpudra.io", GPUClass: "gpu.gpudra.io", MIGClass: "mig.gpudra.io", CDIVendor: "k8s.gpu.gpudra.io"}},
-		{"gpu.gpudra.io", Names{Mode: Native, Driver: "gpu.gpudra.io", GPUClass: "gpu.gpudra.io", MIGClass: "mig.gpudra.io", CDIVendor: "k8s.gpu.gpudra.io"}},
-		{"gpu.example.com", Names{Mode: Native, Driver: "gpu.example.com", GPUClass: "gpu.gpudra.io", MIGClass: "mig.gpudra.io", CDIVendor: "k8s.gpu.example.com"}},
-		{"gpu.nvidia.com", Names{Mode: NVIDIA, Driver: "gpu.nvidia.com", GPUClass: "gpu.nvidia.com", MIGClass: "mig.nvidia.com", CDIVendor: "k8s.gpu.nvidia.com"}},
+		{name: "no flags", want: native("gpu.gpudra.io")},
+		{name: "default driver", flags: Flags{Driver: "gpu.gpudra.io"}, want: native("gpu.gpudra.io")},
+		{name: "none keeps another driver", flags: Flags{Compatibility: "none", Driver: "gpu.example.com"}, want: native("gpu.example.com")},
+		{name: "native spelt out", flags: Flags{Compatibility: " Native "}, want: native("gpu.gpudra.io")},
+		{name: "nvidia", flags: Flags{Compatibility: "nvidia"}, want: nvidia},
+		{name: "the default driver name gives way", flags: Flags{Compatibility: "NVIDIA", Driver: "gpu.gpudra.io"}, want: nvidia},
+		{name: "nvidia with its own driver name", flags: Flags{Compatibility: "nvidia", Driver: "gpu.nvidia.com"}, want: nvidia},
+		{name: "NVIDIA's driver name selects its mode", flags: Flags{Driver: "gpu.nvidia.com"}, want: nvidia},
+		{name: "nvidia with another driver", flags: Flags{Compatibility: "nvidia", Driver: "gpu.example.com"},
+			wantErr: `--driver-name="gpu.example.com" cannot be used with --compatibility=nvidia, which serves gpu.nvidia.com: drop --driver-name`},
+		{name: "the CLI's flag name", flags: Flags{Compatibility: "nvidia", Driver: "gpu.example.com", DriverFlag: "--driver"},
+			wantErr: `--driver="gpu.example.com" cannot be used with --compatibility=nvidia, which serves gpu.nvidia.com: drop --driver`},
+		{name: "unknown mode", flags: Flags{Compatibility: "amd"},
+			wantErr: `--compatibility="amd" is not supported: use "nvidia" (NVIDIA's DRA driver names and API) or leave it empty`},
 	}
 	for _, tc := range tests {
-		if got := ForDriver(tc.driver); got != tc.want {
-			t.Errorf("ForDriver(%q) = %+v, want %+v", tc.driver, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Resolve(tc.flags)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Resolve(%+v) error = %v, want %q", tc.flags, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("Resolve(%+v) = %+v, %v; want %+v", tc.flags, got, err, tc.want)
+			}
+		})
 	}
 }
 
-func TestModeAndDriver(t *testing.T) {
-	tests := []struct {
-		flag, driver string
-		want         string
-		wantErr      bool
-	}{
-		{"", "", "gpu.gpudra.io", false},
-		{"none", "gpu.example.com", "gpu.example.com", false},
-		{"nvidia", "", "gpu.nvidia.com", false},
-		{"NVIDIA", "gpu.gpudra.io", "gpu.nvidia.com", false}, // the flag's default name gives way
-		{"nvidia", "gpu.nvidia.com", "gpu.nvidia.com", false},
-		{"nvidia", "gpu.example.com", "", true},
-		{"amd", "", "", true},
-	}
-	for _, tc := range tests {
-		mode, err := ParseMode(tc.flag)
-		var got string
-		if err == nil {
-			got, err = DriverFor(mode, tc.driver)
-		}
-		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("mode %q driver %q: got %q, %v; want %q (error %v)", tc.flag, tc.driver, got, err, tc.want, tc.wantErr)
-		}
+func TestDefault(t *testing.T) {
+	if got, want := Default().Driver, "gpu.gpudra.io"; got != want {
+		t.Fatalf("Default().Driver = %q, want %q", got, want)
 	}
 }
 
@@ -56,7 +64,7 @@ func TestTaintKeys(t *testing.T) {
 		{"gpu.nvidia.com", "gpu.gpudra.io/recovery-action", "gpu.nvidia.com/recovery-action"},
 		{"gpu.nvidia.com", "example.com/other", "example.com/other"},
 	} {
-		n := ForDriver(tc.driver)
+		n := MustResolve(Flags{Driver: tc.driver})
 		got := n.TaintKey(tc.in)
 		if got != tc.want {
 			t.Errorf("%s: TaintKey(%q) = %q, want %q", tc.driver, tc.in, got, tc.want)

@@ -19,7 +19,7 @@ func params(s *v1alpha1.GpuSharing) *v1alpha1.GpuClaimParameters {
 }
 
 func TestDecodeNVIDIA(t *testing.T) {
-	nv := ForDriver(NVIDIADriverName)
+	nv := MustResolve(Flags{Compatibility: "nvidia"})
 	q := resource.MustParse
 	tests := []struct {
 		name    string

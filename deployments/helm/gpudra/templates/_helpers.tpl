@@ -18,18 +18,31 @@
 {{- end -}}
 {{- end -}}
 
-{{/* The DRA driver name, set by .Values.compatibility (internal/shared/compat); the RBAC and the admission policy refer to it. */}}
-{{- define "gpudra.driverName" -}}
-{{- if eq (.Values.compatibility | default "") "nvidia" -}}gpu.nvidia.com
-{{- else if eq (.Values.compatibility | default "") "" -}}gpu.gpudra.io
-{{- else -}}{{- fail (printf "compatibility: %q is not supported; use \"nvidia\" or leave it empty" .Values.compatibility) -}}
+{{/*
+The compatibility mode, checked: "" (gpudra's names) or "nvidia". The chart
+passes only this to the programs (--compatibility), which resolve every name
+from it once (internal/shared/compat.Resolve). The helpers below are the
+chart's one copy of the names it needs itself: the driver name (plugin
+directory, RBAC, admission policy, NOTES) and the base DeviceClass names
+(DeviceClasses without the controller, NOTES).
+*/}}
+{{- define "gpudra.compatibility" -}}
+{{- $mode := .Values.compatibility | default "" -}}
+{{- if not (has $mode (list "" "nvidia")) -}}
+{{- fail (printf "compatibility: %q is not supported; use \"nvidia\" or leave it empty" .Values.compatibility) -}}
 {{- end -}}
+{{- $mode -}}
+{{- end -}}
+
+{{/* The DRA driver name of the compatibility mode. */}}
+{{- define "gpudra.driverName" -}}
+{{- if eq (include "gpudra.compatibility" .) "nvidia" -}}gpu.nvidia.com{{- else -}}gpu.gpudra.io{{- end -}}
 {{- end -}}
 
 {{/* The DeviceClass of a device type ("gpu" or "mig"): <type>.gpudra.io, or <type>.nvidia.com in the NVIDIA mode. */}}
 {{- define "gpudra.className" -}}
 {{- $type := index . 0 -}}{{- $ctx := index . 1 -}}
-{{- if eq (include "gpudra.driverName" $ctx) "gpu.nvidia.com" -}}{{ $type }}.nvidia.com{{- else -}}{{ $type }}.gpudra.io{{- end -}}
+{{- if eq (include "gpudra.compatibility" $ctx) "nvidia" -}}{{ $type }}.nvidia.com{{- else -}}{{ $type }}.gpudra.io{{- end -}}
 {{- end -}}
 
 {{- define "gpudra.pluginName" -}}{{ include "gpudra.fullname" . }}-kubelet-plugin{{- end -}}

@@ -92,8 +92,8 @@ spec:
         - --health-ignored-xids={{ $p.health.ignoredXIDs }}
         - --health-probe-interval={{ $p.health.probeInterval }}
         - --telemetry-interval={{ $p.telemetry.interval }}
-        {{- if eq (include "gpudra.driverName" $root) "gpu.nvidia.com" }}
-        - --compatibility=nvidia
+        {{- with include "gpudra.compatibility" $root }}
+        - --compatibility={{ . }}
         {{- end }}
         {{- with $p.extraArgs }}
         {{- toYaml . | nindent 8 }}
