@@ -12,10 +12,13 @@ import (
 	"syscall"
 )
 
-func main() {
+func main() { os.Exit(run(notify(), reap)) }
+
+// notify installs the handlers of the signals run waits for.
+func notify() <-chan os.Signal {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
-	os.Exit(run(sigs, reap))
+	return sigs
 }
 
 // run waits for signals: it reaps children on SIGCHLD and returns the exit

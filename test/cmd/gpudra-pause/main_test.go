@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
@@ -12,12 +14,20 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// childEnv makes the test binary run main() instead of the tests.
+// childEnv makes the test binary run the program instead of the tests: main's
+// two steps, with a line on stdout between them once the handlers are in
+// place, so that TestSignals signals no earlier (a fixed 200 ms sleep was
+// too short for a race-enabled binary starting on a loaded machine: the
+// signal's default action killed it).
 const childEnv = "GPUDRA_PAUSE_TEST_MAIN"
+
+const readyLine = "handlers installed"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
-		main()
+		sigs := notify()
+		fmt.Println(readyLine)
+		os.Exit(run(sigs, reap))
 	}
 	os.Exit(m.Run())
 }
@@ -51,15 +61,14 @@ func TestSignals(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), childEnv+"=1")
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
-		time.Sleep(200 * time.Millisecond) // let it install its handlers
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		require.NoError(t, err, "%v: it exited before installing its handlers", sig)
+		require.Equal(t, readyLine+"\n", line)
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			t.Fatalf("%v: it exited before the signal: %v", sig, err)
-		default:
-		}
 		require.NoError(t, cmd.Process.Signal(sig))
 		select {
 		case err := <-done:
