@@ -14,7 +14,9 @@ echo "== driver files"
 for f in /usr/bin/nvidia-cdi-hook /usr/bin/nvidia-ctk /usr/bin/nvidia-smi /usr/bin/nvidia-cuda-mps-control; do
   if [ -e "$f" ]; then echo "present: $f"; else echo "absent:  $f"; fi
 done
-ls -l /usr/lib/x86_64-linux-gnu/libnvidia-ml.so* 2>&1 | head -3
+for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 /home/kubernetes/bin/nvidia/lib64; do
+  find "$d" -maxdepth 1 -name 'libnvidia-ml.so*' 2>/dev/null
+done
 echo "== PCI NUMA affinity of NVIDIA devices (sysfs numa_node; -1: none published)"
 for d in /sys/bus/pci/devices/*; do
   [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue
@@ -24,5 +26,6 @@ echo "== gpudra-gpu-verify"
 "$kit" -json --watch="${WATCH:-45s}" > "$out/report.json" 2> "$out/stderr.log"; rc=$?
 "$kit" --watch=5s --slices > "$out/report.txt" 2>> "$out/stderr.log"
 tail -n 60 "$out/report.txt"
+echo "stderr: $(wc -l < "$out/stderr.log") lines, of which logrus-format (time=... level=...): $(grep -c '^time=.* level=' "$out/stderr.log")"
 echo "exit status of the JSON run: $rc"
 exit $rc
