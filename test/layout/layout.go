@@ -108,10 +108,10 @@ func Violations(table map[string]Package, imports map[string][]string) []string 
 }
 
 func mayImport(owner, dep string) bool {
-	switch {
-	case owner == ownerAPI:
+	switch owner {
+	case ownerAPI:
 		return dep == ownerAPI
-	case owner == ownerShared:
+	case ownerShared:
 		return dep == ownerShared || dep == ownerAPI
 	default:
 		return dep == owner || dep == ownerShared || dep == ownerAPI
