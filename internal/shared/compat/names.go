@@ -59,9 +59,6 @@ type Names struct {
 	GPUClass, MIGClass string
 	// CDIVendor is the vendor of the per-claim CDI specs.
 	CDIVendor string
-	// ConfigAPIVersion is the apiVersion of the opaque configuration kinds
-	// the mode defines (Decode also accepts gpudra's own in the NVIDIA mode).
-	ConfigAPIVersion string
 }
 
 // Resolve returns the names that the flags select. It is the only way from
@@ -99,10 +96,10 @@ func Resolve(f Flags) (Names, error) {
 	}
 	if driver == NVIDIADriverName {
 		return Names{Mode: NVIDIA, Driver: driver, GPUClass: "gpu.nvidia.com", MIGClass: "mig.nvidia.com",
-			CDIVendor: "k8s." + driver, ConfigAPIVersion: NVIDIAAPIVersion}, nil
+			CDIVendor: "k8s." + driver}, nil
 	}
 	return Names{Mode: Native, Driver: driver, GPUClass: "gpu.gpudra.io", MIGClass: "mig.gpudra.io",
-		CDIVendor: "k8s." + driver, ConfigAPIVersion: v1alpha1.APIVersion}, nil
+		CDIVendor: "k8s." + driver}, nil
 }
 
 // MustResolve is Resolve for flags written in the code (defaults, tests);

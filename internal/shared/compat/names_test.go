@@ -8,10 +8,10 @@ import (
 func TestResolve(t *testing.T) {
 	native := func(driver string) Names {
 		return Names{Mode: Native, Driver: driver, GPUClass: "gpu.gpudra.io", MIGClass: "mig.gpudra.io",
-			CDIVendor: "k8s." + driver, ConfigAPIVersion: "resource.gpudra.io/v1alpha1"}
+			CDIVendor: "k8s." + driver}
 	}
 	nvidia := Names{Mode: NVIDIA, Driver: "gpu.nvidia.com", GPUClass: "gpu.nvidia.com", MIGClass: "mig.nvidia.com",
-		CDIVendor: "k8s.gpu.nvidia.com", ConfigAPIVersion: "resource.nvidia.com/v1beta1"}
+		CDIVendor: "k8s.gpu.nvidia.com"}
 	tests := []struct {
 		name    string
 		flags   Flags
