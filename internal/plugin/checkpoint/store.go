@@ -18,10 +18,8 @@ const DefaultBootIDPath = "/proc/sys/kernel/random/boot_id"
 
 const (
 	fileSuffix = ".json"
-	// tempInfix marks temp files: ".<uid>.json.tmp-<random>".
-	tempInfix = fileSuffix + ".tmp-"
-	dirMode   = 0o700
-	fileMode  = 0o600
+	dirMode    = 0o700
+	fileMode   = 0o600
 )
 
 // Options configure a Store.
@@ -133,30 +131,14 @@ func readKernelBootID() (string, error) {
 // removeTempFiles deletes temp files of interrupted writes. They were never
 // renamed into place, so no record depends on them.
 func (s *Store) removeTempFiles() error {
-	entries, err := os.ReadDir(s.dir)
+	n, err := atomicfile.RemoveTempsIn(s.dir, func(target string) bool { return strings.HasSuffix(target, fileSuffix) })
 	if err != nil {
-		return fmt.Errorf("list %s: %w", s.dir, err)
+		return err
 	}
-	removed := false
-	for _, e := range entries {
-		if !isTempName(e.Name()) || !e.Type().IsRegular() {
-			continue
-		}
-		p := filepath.Join(s.dir, e.Name())
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove leftover temp file %s: %w; remove it by hand", p, err)
-		}
-		removed = true
-	}
-	if removed && s.syncDir {
+	if n > 0 && s.syncDir {
 		return atomicfile.SyncDir(s.dir)
 	}
 	return nil
-}
-
-// isTempName reports whether name is an atomicfile temp file of a record.
-func isTempName(name string) bool {
-	return atomicfile.IsTemp(name) && strings.Contains(name, tempInfix)
 }
 
 // BootID returns the boot ID read by Open; Put stamps it on every record.

@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
-	"github.com/gpudra/gpudra/internal/plugin/model"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 const testBootID = "11111111-2222-3333-4444-555555555555"
@@ -288,6 +290,6 @@ func assertNoTempFiles(t *testing.T, dir string) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	for _, e := range entries {
-		assert.False(t, isTempName(e.Name()), "temp file left behind: %s", e.Name())
+		assert.False(t, atomicfile.IsTemp(e.Name()), "temp file left behind: %s", e.Name())
 	}
 }

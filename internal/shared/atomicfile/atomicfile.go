@@ -148,7 +148,19 @@ func SyncDir(dir string) error {
 // IsTemp reports whether a file name (not a path) is that of a temp file of
 // this package: ".<name>.tmp-<random>".
 func IsTemp(name string) bool {
-	return strings.HasPrefix(name, ".") && strings.Contains(name, tempInfix)
+	_, ok := tempTarget(name)
+	return ok
+}
+
+// tempTarget returns the name of the file a temp file of this package was
+// written for (".<name>.tmp-<random>" -> "<name>"), and false for any other
+// name.
+func tempTarget(name string) (string, bool) {
+	i := strings.LastIndex(name, tempInfix)
+	if !strings.HasPrefix(name, ".") || i < 1 {
+		return "", false
+	}
+	return name[1:i], true
 }
 
 // RemoveTemps removes the temp files that interrupted writes to path left
@@ -157,6 +169,14 @@ func IsTemp(name string) bool {
 // would fail). A missing directory is not an error.
 func RemoveTemps(path string) (int, error) {
 	dir, base := filepath.Split(path)
+	return RemoveTempsIn(dir, func(target string) bool { return target == base })
+}
+
+// RemoveTempsIn removes, from directory dir, the temp files of interrupted
+// writes to every file whose name match accepts, and reports how many it
+// removed. The same caution as for RemoveTemps applies to each of those
+// files. A missing directory is not an error.
+func RemoveTempsIn(dir string, match func(target string) bool) (int, error) {
 	if dir == "" {
 		dir = "."
 	}
@@ -165,11 +185,12 @@ func RemoveTemps(path string) (int, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("list the temp files of %s: %w", path, err)
+		return 0, fmt.Errorf("list the temp files in %s: %w", dir, err)
 	}
 	n := 0
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "."+base+tempInfix) || !e.Type().IsRegular() {
+		target, ok := tempTarget(e.Name())
+		if !ok || !match(target) || !e.Type().IsRegular() {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
