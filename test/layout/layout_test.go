@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpudra/gpudra/test/repo"
 )
 
 const module = "github.com/gpudra/gpudra"
@@ -15,7 +17,8 @@ const module = "github.com/gpudra/gpudra"
 // TestLayering checks docs/architecture.md's package table against the
 // imports of every package, with every build tag the repository uses.
 func TestLayering(t *testing.T) {
-	root := moduleRoot(t)
+	root, err := repo.Root()
+	require.NoError(t, err)
 	f, err := os.Open(filepath.Join(root, "docs", "architecture.md"))
 	require.NoError(t, err)
 	defer f.Close()
@@ -42,13 +45,6 @@ func TestLayering(t *testing.T) {
 	for _, v := range Violations(table, imports) {
 		t.Error(v)
 	}
-}
-
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	require.NoError(t, err)
-	return strings.TrimSpace(string(out))
 }
 
 func TestViolations(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpudra/gpudra/test/repo"
 )
 
 // renameAllowed lists the non-test files that may call os.Rename, with the
@@ -29,9 +31,10 @@ var renameAllowed = map[string]struct {
 // calls os.Rename without an entry in renameAllowed: a file replaced by
 // hand would miss the writer's fsyncs or its temp file conventions.
 func TestNoRenameOutsideWriter(t *testing.T) {
-	root := moduleRoot(t)
+	root, err := repo.Root()
+	require.NoError(t, err)
 	found := map[string][]string{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -102,19 +105,4 @@ func renameCalls(file string) ([]string, error) {
 		}
 	}
 	return hits, sc.Err()
-}
-
-// moduleRoot is the directory of the go.mod above the test's directory.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		require.NotEqual(t, dir, parent, "no go.mod above the test directory")
-		dir = parent
-	}
 }
