@@ -22,6 +22,11 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath -tags grpcnotrace -ldflags="-s -w" -o bin/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller
 RUN ./bin/gpu-kubelet-plugin --help >/dev/null && ./bin/gpu-controller --help >/dev/null
+# NVIDIA's nvidia-cdi-hook (the toolkit version go.mod pins), static: the
+# plugin installs it into the host's plugin directory and the runtime runs it
+# on the host, whatever the host's C library.
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    hack/build-cdi-hook.sh bin
 
 # distroless/base: glibc and CA certificates, no shell or package manager. A
 # static image would not do: dlopen of the host's libnvidia-ml (under the
@@ -30,7 +35,7 @@ FROM ${BASE_IMAGE}
 # Nothing for simulation ships here: a simulated node is a simulated driver
 # root on the node (test/fakedriver), which brings its own libnvidia-ml and
 # nvidia-smi / nvidia-cuda-mps-control stand-ins.
-COPY --from=build /src/bin/gpu-kubelet-plugin /src/bin/gpu-controller /usr/local/bin/
+COPY --from=build /src/bin/gpu-kubelet-plugin /src/bin/gpu-controller /src/bin/nvidia-cdi-hook /usr/local/bin/
 # Non-root by default, which is all the controller needs. The plugin's pod runs
 # it as root (runAsUser: 0 in the chart's DaemonSet): it writes the kubelet's
 # plugin directories and the runtime's CDI directory on the host, both owned

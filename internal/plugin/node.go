@@ -72,7 +72,11 @@ func (n *GPUNode) Close() {
 // GPU whose edits fail (it fell off the bus since discovery) becomes
 // unreachable: published tainted lost, never prepared, never fatal.
 func (n *GPUNode) Edits(ctx context.Context, o *Options) (*cdi.CachedEdits, error) {
-	p, err := cdi.NewNvcdiEdits(ctx, n.Lib, cdi.OptionsFor(o.roots(), o.NvidiaCDIHookPath))
+	hook, err := o.cdiHookPath(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := cdi.NewNvcdiEdits(ctx, n.Lib, cdi.OptionsFor(o.roots(), hook))
 	if err != nil {
 		return nil, err
 	}

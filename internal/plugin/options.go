@@ -42,6 +42,9 @@ type Options struct {
 	NvidiaDriverRoot    string
 	HostDriverRoot      string
 	NvidiaCDIHookPath   string
+	// NvidiaCDIHookSource is the hook installed when NvidiaCDIHookPath is
+	// empty (see cdihook.go).
+	NvidiaCDIHookSource string
 	CheckpointSyncDir   bool
 	MetricsAddress      string
 	MaxDevicesPerSlice  int
@@ -112,8 +115,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Kubelet plugin registration directory.")
 	fs.StringVar(&o.PodUID, "pod-uid", "",
 		"UID of the plugin's pod; enables rolling updates where old and new plugin pods run side by side. [$POD_UID]")
-	fs.StringVar(&o.NvidiaCDIHookPath, "nvidia-cdi-hook-path", "",
-		"Host path of nvidia-cdi-hook for the generated CDI hooks (real GPUs only).")
+	o.addCDIHookFlags(fs)
 	fs.StringVar(&o.MetricsAddress, "metrics-address", "",
 		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables.")
 	o.addHealthFlags(fs)

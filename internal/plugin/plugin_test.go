@@ -37,7 +37,7 @@ func testOptions(t *testing.T) *Options {
 		NodeName: "node-a", DriverName: "gpu.gpudra.io", MaxDevicesPerSlice: 128,
 		NvidiaDriverRoot: fakedriver.ForTest(t, "dgx-h100", "node-a"),
 		CDIRoot:          filepath.Join(dir, "cdi"), KubeletPluginsDir: filepath.Join(dir, "plugins"),
-		KubeletRegistrarDir: filepath.Join(dir, "registry"),
+		KubeletRegistrarDir: filepath.Join(dir, "registry"), NvidiaCDIHookSource: testHookSource(t, dir, "hook v1"),
 	}
 }
 

@@ -1,14 +1,17 @@
 package gpuverify
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -108,9 +111,26 @@ func checkHostPaths(paths []hostPath) []string {
 			problems = append(problems, fmt.Sprintf("- device node %s is declared a character device but is not one (mode %s)", hp.path, mode))
 		case hp.kind == "hook" && (!mode.IsRegular() || mode.Perm()&0o111 == 0):
 			problems = append(problems, fmt.Sprintf("- hook %s is not an executable file (mode %s)", hp.path, mode))
+		case hp.kind == "hook":
+			if err := startsOnHost(hp.path); err != nil {
+				problems = append(problems, fmt.Sprintf("- hook %s does not start on this host: %v", hp.path, err))
+			}
 		}
 	}
 	return problems
+}
+
+// startsOnHost runs a hook with --version (which changes nothing), as the
+// runtime would start it on this host: a hook linked against another C
+// library than the host's fails here.
+func startsOnHost(hook string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, hook, "--version").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s --version: %w: %s", hook, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 func gpusOf(node *model.Node, names []string) []*model.GPU {

@@ -28,7 +28,9 @@ func TestFakeDriverRoot(t *testing.T) {
 	// One root per process: the dynamic loader keeps the first library
 	// named libnvidia-ml.so.1 it loaded, and with it the first root.
 	root := fakedriver.ForTest(t, "../../internal/plugin/slice/testdata/static-mig.yaml", "verify-node")
-	cfg := ForDriverRoot(root, filepath.Join(root, fakedriver.BinDir, fakedriver.HookBinary))
+	hook := filepath.Join(t.TempDir(), "nvidia-cdi-hook")
+	require.NoError(t, os.WriteFile(hook, []byte("#!/bin/sh\nexit 0\n"), 0o755))
+	cfg := ForDriverRoot(root, hook)
 	cfg.NodeName, cfg.DriverName = "verify-node", "gpu.gpudra.io"
 	cfg.Watch, cfg.ProbeInterval, cfg.TempDir = time.Second, 300*time.Millisecond, t.TempDir()
 	r := &simRun{t: t, cfg: cfg}

@@ -31,21 +31,32 @@ func generatedRoot(t *testing.T, profile string) string {
 	return root
 }
 
+// okHook stands in for nvidia-cdi-hook: it starts.
+const okHook = "#!/bin/sh\nexit 0\n"
+
 // TestNvcdiEdits runs the kit with the edits the plugin computes on a real
 // node (nvcdi, the plugin's rule for the roots) over a generated fake driver
 // root, with NVML simulated in process for the same profile and node.
 func TestNvcdiEdits(t *testing.T) {
 	tests := []struct {
 		name, profile, hook string // hook: path under the root; empty: nvcdi's default
+		script              string // the hook's content; empty: none is installed
 		want                string // substring of a failure; empty: all pass
 	}{
-		{name: "whole GPUs", profile: "l4", hook: "/usr/bin/nvidia-cdi-hook"},
-		{name: "static MIG", profile: "../../internal/plugin/slice/testdata/static-mig.yaml", hook: "/usr/bin/nvidia-cdi-hook"},
+		{name: "whole GPUs", profile: "l4", hook: "/usr/bin/nvidia-cdi-hook", script: okHook},
+		{name: "static MIG", profile: "../../internal/plugin/slice/testdata/static-mig.yaml", hook: "/usr/bin/nvidia-cdi-hook", script: okHook},
 		{name: "hook missing", profile: "l4", hook: "/usr/local/bin/nvidia-cdi-hook", want: "/usr/local/bin/nvidia-cdi-hook: stat"},
+		// Like a hook linked against a newer C library than the host's.
+		{name: "hook does not start", profile: "l4", hook: "/usr/bin/nvidia-cdi-hook",
+			script: "#!/bin/sh\necho \"version 'GLIBC_2.99' not found\" >&2\nexit 1\n", want: "does not start on this host"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			root := generatedRoot(t, tc.profile)
+			if tc.script != "" {
+				require.NoError(t, os.MkdirAll(filepath.Dir(root+tc.hook), 0o755))
+				require.NoError(t, os.WriteFile(root+tc.hook, []byte(tc.script), 0o755))
+			}
 			r := newSimRun(t, tc.profile)
 			roots := nvmllib.DriverRoots(root, "")
 			require.Equal(t, nvmllib.Roots{Driver: root, HostDriver: root, Dev: root, HostDev: root,

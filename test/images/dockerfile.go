@@ -45,6 +45,9 @@ type BuildStage struct {
 	Env []string
 	// GoBuild is the words of the RUN command's go build, from "go".
 	GoBuild []string
+	// Scripts are the first words of the stage's RUN commands that run a
+	// script of the repository (hack/...).
+	Scripts []string
 }
 
 var fromRE = regexp.MustCompile(`(?i)^(\S+)(?:\s+as\s+(\S+))?$`)
@@ -135,6 +138,12 @@ func ParseDockerfile(p string) (*Dockerfile, error) {
 					if words[i] == "go" && words[i+1] == "build" && d.Build.GoBuild == nil {
 						d.Build.GoBuild = words[i:]
 					}
+				}
+				for len(words) > 0 && strings.HasPrefix(words[0], "--") { // RUN's own flags (--mount=...)
+					words = words[1:]
+				}
+				if len(words) > 0 && strings.HasPrefix(words[0], "hack/") {
+					d.Build.Scripts = append(d.Build.Scripts, words[0])
 				}
 			}
 		}
@@ -298,12 +307,15 @@ func Drift(d *Dockerfile) []string {
 			sources = append(sources, path.Base(s))
 		}
 	}
-	if !sameSet(files, GpudraBinaries) {
-		add("the final stage copies %v, GpudraBinaries are %v", files, GpudraBinaries)
+	if want := append(slices.Clone(GpudraBinaries), GpudraCDIHook); !sameSet(files, want) {
+		add("the final stage copies %v, GpudraBinaries and GpudraCDIHook are %v", files, want)
 	}
 	var built []string
 	for _, p := range GoBuildPackages(d.Build.GoBuild) {
 		built = append(built, path.Base(p))
+	}
+	if slices.Contains(d.Build.Scripts, CDIHookBuildScript) {
+		built = append(built, CDIHookBinary)
 	}
 	if !sameSet(built, sources) {
 		add("go build makes %v, the final stage copies %v", built, sources)

@@ -29,7 +29,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	host, _ := os.Hostname()
 	driverRoot := fs.String("nvidia-driver-root", "/", "Root under which the NVIDIA driver is installed, as for gpu-kubelet-plugin (/run/nvidia/driver with the GPU Operator, or a fake driver root).")
-	hookPath := fs.String("nvidia-cdi-hook-path", "", "Host path of nvidia-cdi-hook for the generated CDI hooks, as for gpu-kubelet-plugin (default: nvcdi's).")
+	hookPath := fs.String("nvidia-cdi-hook-path", "", "Host path of nvidia-cdi-hook for the generated CDI hooks, as for gpu-kubelet-plugin "+
+		"(default: the nvidia-cdi-hook next to this program, which make gpu-verify builds as the gpudra image's, else nvcdi's /usr/bin/nvidia-cdi-hook).")
 	nodeName := fs.String("node-name", host, "Node (pool) name used in the ResourceSlice and the claims.")
 	driverName := fs.String("driver-name", v1alpha1.DriverName, "DRA driver name.")
 	watch := fs.Duration("watch", 60*time.Second, "How long to watch NVML health events and probes.")
@@ -56,7 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx = klog.NewContext(ctx, klog.Background().WithName("gpu-verify"))
 
 	// NVML and the CDI edits as gpu-kubelet-plugin gets them.
-	cfg := gpuverify.ForDriverRoot(*driverRoot, *hookPath)
+	cfg := gpuverify.ForDriverRoot(*driverRoot, gpuverify.DefaultHookPath(*hookPath))
 	cfg.NodeName, cfg.DriverName = *nodeName, *driverName
 	cfg.Watch, cfg.ProbeInterval, cfg.TempDir, cfg.ShowSlices = *watch, *probeInterval, *tmpDir, *showSlices
 	report, err := gpuverify.Run(ctx, cfg)
