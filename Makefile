@@ -18,7 +18,8 @@ PKGS := ./...
 BENCH_PKGS := ./internal/...
 
 
-.PHONY: all bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
+# (workload-root is a file target's alias, see below)
+.PHONY: workload-root all bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
 
 all: build
 
@@ -54,7 +55,7 @@ build: prereqs-build sim-nvml-lib ## Build the binaries into _output/bin
 # The simulated libnvidia-ml of fake driver roots (test/nvmlsim; test-only, never shipped).
 sim-nvml-lib: prereqs-build ## Build the simulated NVML library into _output/lib
 	@mkdir -p $(OUTPUT)/lib
-	$(GO) build -buildmode=c-shared -trimpath -ldflags "-s -w" -o $(OUTPUT)/lib/libnvidia-ml-sim.so ./test/nvmlsim/lib
+	$(GO) build -buildmode=c-shared -trimpath -ldflags "-s -w -extldflags -Wl,-soname,libnvidia-ml.so.1" -o $(OUTPUT)/lib/libnvidia-ml-sim.so ./test/nvmlsim/lib
 	@rm -f $(OUTPUT)/lib/libnvidia-ml-sim.h
 
 test: prereqs-cluster unit e2e ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster with the chart-installed driver
@@ -214,11 +215,12 @@ check-dockerfile: ## Run the Dockerfile's build-stage RUN commands as plain shel
 IMAGES_DIR := $(OUTPUT)/images
 IMAGE_BIN := $(IMAGES_DIR)/bin
 BUSYBOX_ROOT := $(OUTPUT)/busybox-static
-images: prereqs-build busybox-static ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev) images as OCI tarballs in _output/images, no Docker
+images: prereqs-build busybox-static workload-root ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev) images as OCI tarballs in _output/images, no Docker
 	@mkdir -p $(IMAGE_BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(IMAGE_BIN)/ ./test/cmd/gpudra-pause ./test/cmd/gpudra-gpus
 	CGO_ENABLED=1 $(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(IMAGE_BIN)/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller
-	$(GO) run ./test/cmd/gpudra-images build --out $(IMAGES_DIR) --bin-dir $(IMAGE_BIN) --busybox-root $(BUSYBOX_ROOT)
+	hack/build-cdi-hook.sh $(IMAGE_BIN)
+	$(GO) run ./test/cmd/gpudra-images build --out $(IMAGES_DIR) --bin-dir $(IMAGE_BIN) --busybox-root $(BUSYBOX_ROOT) --debian-root $(WORKLOAD_ROOT)
 
 # The fault suite's image: ghcr.io/gpudra/gpudra:failpoints, the gpudra image
 # with gpu-kubelet-plugin built with -tags failpoints (internal/plugin/failpoint). It goes
@@ -229,6 +231,7 @@ images-failpoints: prereqs-build ## ghcr.io/gpudra/gpudra:failpoints (plugin bui
 	@mkdir -p $(FAILPOINTS_DIR)/bin
 	CGO_ENABLED=1 $(GO) build -trimpath -tags grpcnotrace,failpoints -ldflags "-s -w" -o $(FAILPOINTS_DIR)/bin/ ./cmd/gpu-kubelet-plugin
 	CGO_ENABLED=1 $(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(FAILPOINTS_DIR)/bin/ ./cmd/gpu-controller
+	hack/build-cdi-hook.sh $(FAILPOINTS_DIR)/bin
 	$(GO) run ./test/cmd/gpudra-images build-failpoints --out $(FAILPOINTS_DIR) --bin-dir $(FAILPOINTS_DIR)/bin
 
 # The workload image's shell and tools: Debian's busybox-static package, from
@@ -243,6 +246,23 @@ $(BUSYBOX_ROOT)/bin/busybox:
 	dpkg-deb -x "$$(ls $(OUTPUT)/deb/busybox-static/busybox-static_*.deb | tail -1)" $(BUSYBOX_ROOT)
 	@test -x $@ || { echo "busybox-static: the package has no bin/busybox" >&2; exit 1; }
 
+# The workload image's C library, loader, ldconfig and bash: Debian packages
+# of this machine's release unpacked into one root, so that NVIDIA-style
+# manifests (bash -c, ldconfig) run as written and the real nvidia-cdi-hook's
+# update-ldcache has a C library to index. The package list is the one place
+# that names them; a changed list rebuilds the root.
+WORKLOAD_ROOT := $(OUTPUT)/workload-root
+WORKLOAD_DEBS := libc6 libc-bin libgcc-s1 bash libtinfo6
+workload-root: $(WORKLOAD_ROOT)/.packages ## Debian's libc6, libc-bin, bash (and their libraries) unpacked into _output/workload-root
+
+$(WORKLOAD_ROOT)/.packages: Makefile
+	@rm -rf $(OUTPUT)/deb/workload $(WORKLOAD_ROOT) && mkdir -p $(OUTPUT)/deb/workload $(WORKLOAD_ROOT)
+	for p in $(WORKLOAD_DEBS); do $(PREREQS) apt-download $$p $(OUTPUT)/deb/workload || exit 1; done
+	for d in $(OUTPUT)/deb/workload/*.deb; do dpkg-deb -x "$$d" $(WORKLOAD_ROOT) || exit 1; done
+	@test -x $(WORKLOAD_ROOT)/bin/bash && test -x $(WORKLOAD_ROOT)/sbin/ldconfig || { echo "workload-root: no bin/bash or sbin/ldconfig" >&2; exit 1; }
+	/sbin/ldconfig -r $(WORKLOAD_ROOT)
+	echo $(WORKLOAD_DEBS) >$@
+
 # GPU verification kit (test/gpuverify): one binary to copy to a machine with
 # NVIDIA GPUs. cgo, as go-nvml needs (dlopen of libnvidia-ml); netgo/osusergo
 # keep name lookups out of libc. The build fails if the binary links anything
@@ -252,10 +272,11 @@ GPU_VERIFY := $(OUTPUT)/gpu-verify/gpudra-gpu-verify
 gpu-verify: prereqs-build ## Build the read-only GPU verification kit into _output/gpu-verify/
 	@mkdir -p $(dir $(GPU_VERIFY))
 	CGO_ENABLED=1 $(GO) build -trimpath -tags netgo,osusergo -ldflags "-s -w" -o $(GPU_VERIFY) ./test/cmd/gpudra-gpu-verify
+	hack/build-cdi-hook.sh $(dir $(GPU_VERIFY))
 	@size=$$(stat -c %s $(GPU_VERIFY)); echo "$(GPU_VERIFY): $$((size / 1048576)) MiB ($$size bytes); ldd:"; \
 	  ldd $(GPU_VERIFY) | sed 's/^[[:space:]]*/  /'; \
 	  test $$size -lt 67108864 || { echo "gpu-verify: the binary is 64 MiB or more" >&2; exit 1; }; \
 	  if ldd $(GPU_VERIFY) | grep -vqE 'linux-vdso|/ld-linux|lib(c|dl|pthread)\.so'; then \
 	    echo "gpu-verify: links more than libc/libdl dynamically" >&2; exit 1; fi; \
 	  if command -v objdump >/dev/null; then echo "needs glibc >= $$(objdump -T $(GPU_VERIFY) | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 | cut -d_ -f2)"; fi
-	@echo "Usage: copy it to the GPU machine and run ./gpudra-gpu-verify [--nvidia-driver-root=/] [--nvidia-cdi-hook-path=...] [--watch=60s] [-json]; exit status 0: every check passed"
+	@echo "Usage: copy the directory (the kit and the image's nvidia-cdi-hook, which the kit names in its specs and starts) to the GPU machine and run ./gpudra-gpu-verify [--nvidia-driver-root=/] [--nvidia-cdi-hook-path=...] [--watch=60s] [-json]; exit status 0: every check passed"

@@ -135,7 +135,13 @@ func TestGenerateBuiltinProfiles(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
 			}
-			for _, name := range append([]string{HookBinary}, StubBinaries...) {
+			fi, err := os.Stat(filepath.Join(root, RecordHook))
+			require.NoError(t, err)
+			require.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
+			// No nvidia-cdi-hook: like GPU Operator and GKE nodes, the root
+			// has none, so specs that name a hook here would fail.
+			require.NoFileExists(t, filepath.Join(root, BinDir, "nvidia-cdi-hook"))
+			for _, name := range StubBinaries {
 				fi, err := os.Stat(filepath.Join(root, BinDir, name))
 				require.NoError(t, err)
 				require.Equal(t, os.FileMode(0o755), fi.Mode().Perm())

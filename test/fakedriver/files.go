@@ -36,14 +36,22 @@ var StubLibraries = []StubLibrary{
 // libnvidia-ml.so.<version>, the copied simulated library.
 const NVMLSONAME = "libnvidia-ml.so.1"
 
+// ForeignLibc is the C library of the root's library directory: an ELF
+// object with libc.so.6's SONAME that defines no symbol and no version, so
+// that a program which loads it instead of its own C library fails at
+// start ("version GLIBC_2.x not found", "symbol lookup error").
+const ForeignLibc = "libc.so.6"
+
 // StubBinaries are the driver binaries nvcdi mounts that have no fake: they
 // exit 1 saying they are stubs.
 var StubBinaries = []string{"nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-server"}
 
-// HookBinary stands in for the toolkit's nvidia-cdi-hook, which CDI specs
-// made by nvcdi name; it changes nothing in the container, records it as a
-// simulated GPU process (hook.go) and exits 0.
-const HookBinary = "nvidia-cdi-hook"
+// RecordHook records a container with simulated GPUs as a GPU process
+// (hook.go) and exits 0. It is no part of a driver installation and not
+// named by CDI specs (they name the real nvidia-cdi-hook, which the plugin
+// installs): the local cluster's NRI plugin (test/cmd/gpudra-sim-nri) adds
+// it to every container as a createContainer hook.
+const RecordHook = "usr/libexec/gpudra-sim/record-process"
 
 // FirmwareFiles are the GSP firmware files, in lib/firmware/nvidia/<version>/,
 // that nvcdi mounts (gsp*.bin).
@@ -69,6 +77,11 @@ func (w *writer) libraries(version, nvmlLibrary string) {
 	}
 	// Installed by the driver because many programs dlopen it by this name.
 	w.symlink("libcuda.so.1", filepath.Join(LibDir, "libcuda.so"))
+	// The host's own C library lives beside the driver's libraries (Debian,
+	// Ubuntu, RHEL): one the image's loader cannot use, as when the host's
+	// glibc differs from the image's. A tool started with this directory on
+	// its library path fails here as it would on such a host.
+	w.file(filepath.Join(LibDir, ForeignLibc), stubELF(ForeignLibc), 0o755)
 }
 
 func (w *writer) firmware(version string) {
@@ -85,7 +98,7 @@ func (w *writer) binaries(toolsDir string) {
 		script := "#!/bin/sh\necho \"" + name + ": a stub of a fake driver root (gpudra test/fakedriver); there is no GPU\" >&2\nexit 1\n"
 		w.file(filepath.Join(BinDir, name), []byte(script), 0o755)
 	}
-	w.file(filepath.Join(BinDir, HookBinary), []byte(hookScript), 0o755)
+	w.file(RecordHook, []byte(hookScript), 0o755)
 }
 
 // writer writes into a root; after the first error it does nothing and

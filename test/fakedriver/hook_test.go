@@ -3,6 +3,7 @@ package fakedriver
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,7 +34,7 @@ func TestHookRecordsProcess(t *testing.T) {
 		}
 	}
 	root := t.TempDir()
-	hook := filepath.Join(root, BinDir, HookBinary)
+	hook := filepath.Join(root, RecordHook)
 	require.NoError(t, os.MkdirAll(filepath.Dir(hook), 0o755))
 	require.NoError(t, os.WriteFile(hook, []byte(hookScript), 0o755))
 	bundle := filepath.Join(t.TempDir(), "bundle")
@@ -52,15 +53,27 @@ func TestHookRecordsProcess(t *testing.T) {
 	run := func(id string, pid int, bundle string) {
 		t.Helper()
 		cmd := exec.Command(hook, "create-symlinks", "--link", "x::y")
+		cmd.Env = []string{} // runc starts a hook with the spec's env only: none
 		cmd.Stdin = strings.NewReader(`{"ociVersion":"1.2.0","id":"` + id + `","status":"creating","pid":` + strconv.Itoa(pid) +
 			`,"bundle":"` + bundle + `","annotations":{"io.kubernetes.cri.sandbox-id":"s1"}}`)
 		var out bytes.Buffer
 		// A buffer, as runc gives: Run returns only at EOF of the hook's
 		// output, so a helper holding it would hang the container's start.
 		cmd.Stdout, cmd.Stderr = &out, &out
+		// runc's init hands its hooks descriptors of its own, among them
+		// the exec FIFO that the container's start waits on: the helper
+		// must keep none of them.
+		fifo, fifoW, err := os.Pipe()
+		require.NoError(t, err)
+		defer func() { _ = fifo.Close() }()
+		cmd.ExtraFiles = []*os.File{fifoW}
 		start := time.Now()
 		require.NoError(t, cmd.Run(), out.String())
 		assert.Less(t, time.Since(start), 5*time.Second, "the hook does not wait for its helper")
+		require.NoError(t, fifoW.Close())
+		require.NoError(t, fifo.SetReadDeadline(time.Now().Add(5*time.Second)))
+		_, err = fifo.Read(make([]byte, 1))
+		require.ErrorIs(t, err, io.EOF, "a process started by the hook keeps the runtime's descriptor open")
 	}
 	dir := filepath.Join(root, ProcessDir)
 	procs := func() map[string]sim.Process {
@@ -73,13 +86,17 @@ func TestHookRecordsProcess(t *testing.T) {
 	run("c0ffee", init.Process.Pid, bundle) // the spec's next hook
 	require.Eventually(t, func() bool { return len(procs()) == 1 }, 5*time.Second, 20*time.Millisecond)
 	assert.Equal(t, sim.Process{Name: "c0ffee", Devices: []string{"GPU-abc", "MIG-def"}}, procs()["c0ffee"])
-	helpers := lockHolders(t, filepath.Join(dir, "c0ffee.lock"))
-	require.Len(t, helpers, 1, "one helper however many hooks ran")
+	// The holders: the helper (a sleep in the container's PID namespace)
+	// and, from the runtime's namespaces, the nsenter that waits for it.
 	initNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init.Process.Pid))
 	require.NoError(t, err)
-	helperNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", helpers[0]))
-	require.NoError(t, err)
-	assert.Equal(t, initNS, helperNS, "the helper lives in the container's PID namespace")
+	var inContainer int
+	for _, h := range lockHolders(t, filepath.Join(dir, "c0ffee.lock")) {
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", h)); err == nil && ns == initNS {
+			inContainer++
+		}
+	}
+	assert.Equal(t, 1, inContainer, "one helper in the container's PID namespace however many hooks ran")
 
 	noGPU := filepath.Join(t.TempDir(), "bundle")
 	require.NoError(t, os.MkdirAll(noGPU, 0o755))
@@ -94,9 +111,32 @@ func TestHookRecordsProcess(t *testing.T) {
 	require.Eventually(t, func() bool { return len(procs()) == 0 }, 5*time.Second, 20*time.Millisecond,
 		"a record whose container is gone is dead")
 	assert.NoFileExists(t, filepath.Join(dir, "c0ffee.json"))
+
+	// runc runs createContainer hooks from its init, inside the container's
+	// PID namespace, where the state's pid is 1: the helper starts there
+	// and dies with the namespace's init. Here the init is a shell that runs
+	// the hook, then waits.
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skipf("the in-namespace case needs unshare: %v", err)
+	}
+	state := `{"ociVersion":"1.0.2-dev","id":"inside","status":"creating","pid":1,"bundle":"` + bundle + `"}`
+	inside := exec.Command("unshare", "--pid", "--fork", "--kill-child", "sh", "-c", `printf '%s' "$1" | "$2" >/dev/null 2>&1; exec sleep 600`, "init", state, hook)
+	inside.Env = []string{}
+	require.NoError(t, inside.Start())
+	insideExited := make(chan struct{})
+	go func() { _ = inside.Wait(); close(insideExited) }()
+	t.Cleanup(func() { _ = inside.Process.Kill(); <-insideExited })
+	require.Eventually(t, func() bool { return len(procs()) == 1 }, 5*time.Second, 20*time.Millisecond,
+		"a hook run inside the container's PID namespace records it")
+	assert.Equal(t, sim.Process{Name: "inside", Devices: []string{"GPU-abc", "MIG-def"}}, procs()["inside"])
+	require.NoError(t, inside.Process.Kill()) // --kill-child: the namespace's init dies with unshare
+	<-insideExited
+	require.Eventually(t, func() bool { return len(procs()) == 0 }, 5*time.Second, 20*time.Millisecond,
+		"the record dies with the namespace")
 }
 
-// lockHolders returns the PIDs of the flock processes holding lock.
+// lockHolders returns the PIDs of the processes that have lock open (the
+// helpers holding it).
 func lockHolders(t *testing.T, lock string) []int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
@@ -107,11 +147,13 @@ func lockHolders(t *testing.T, lock string) []int {
 		if err != nil {
 			continue
 		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.HasPrefix(string(cmdline), "flock\x00") || !bytes.Contains(cmdline, []byte(lock)) {
-			continue
+		fds, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
+		for _, fd := range fds {
+			if target, err := os.Readlink(filepath.Join("/proc", e.Name(), "fd", fd.Name())); err == nil && target == lock {
+				out = append(out, pid)
+				break
+			}
 		}
-		out = append(out, pid)
 	}
 	t.Cleanup(func() {
 		for _, p := range out { // setsid made each the leader of its group

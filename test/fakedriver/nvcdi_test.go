@@ -80,7 +80,8 @@ func TestNvcdiDiscovery(t *testing.T) {
 				nvcdi.WithMode(nvcdi.ModeNvml),
 				nvcdi.WithDriverRoot(root),
 				nvcdi.WithDevRoot(root),
-				nvcdi.WithNVIDIACDIHookPath(filepath.Join(root, BinDir, HookBinary)),
+				// The plugin names its installed copy; any path under the root will do here.
+				nvcdi.WithNVIDIACDIHookPath(filepath.Join(root, "plugin-dir", "nvidia-cdi-hook")),
 				nvcdi.WithLogger(logger),
 				// Hermetic: never the host's libnvidia-sandboxutils.
 				nvcdi.WithFeatureFlags(nvcdi.FeatureDisableNvsandboxUtils),

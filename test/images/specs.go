@@ -2,6 +2,7 @@ package images
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,7 +14,8 @@ const (
 	// PauseImage is the sandbox ("pause") image; containerd's
 	// pinned_images.sandbox must name it.
 	PauseImage = "registry.local/gpudra/pause:3.10"
-	// WorkloadImage has a busybox shell and gpudra-gpus, for test pods.
+	// WorkloadImage has busybox's tools, Debian's C library, ldconfig and
+	// bash, and gpudra-gpus, for test pods.
 	WorkloadImage = "registry.local/gpudra/workload:local"
 )
 
@@ -34,6 +36,10 @@ type Sources struct {
 	// BusyboxRoot is Debian's busybox-static package unpacked (dpkg-deb -x):
 	// it has bin/busybox.
 	BusyboxRoot string
+	// DebianRoot is the workload image's C library, loader, ldconfig and
+	// bash: Debian packages unpacked into one root (make workload-root), with
+	// its etc/ld.so.cache.
+	DebianRoot string
 	// HostRoot is the root the C library and CA certificates are taken
 	// from, "/" normally.
 	HostRoot string
@@ -66,8 +72,11 @@ var BusyboxApplets = []string{
 	"test", "timeout", "touch", "tr", "true", "uname", "uniq", "wc", "which", "whoami", "xargs", "yes",
 }
 
-// WorkloadSpec is the image of test pods: busybox's shell and tools in /bin
-// and gpudra-gpus in /usr/local/bin.
+// WorkloadSpec is the image of test pods: busybox's shell and tools in
+// /bin, Debian's C library, loader, ldconfig and bash (Sources.DebianRoot)
+// as a CUDA image has them, and gpudra-gpus in /usr/local/bin. The real
+// nvidia-cdi-hook's update-ldcache indexes the driver libraries that CDI
+// mounts into its /etc/ld.so.cache.
 func WorkloadSpec(s Sources) (Image, error) {
 	gpus := filepath.Join(s.BinDir, GPUsBinary)
 	busybox := filepath.Join(s.BusyboxRoot, "bin", "busybox")
@@ -77,6 +86,15 @@ func WorkloadSpec(s Sources) (Image, error) {
 		}
 	}
 	if err := checkApplets(busybox, BusyboxApplets); err != nil {
+		return Image{}, err
+	}
+	for _, f := range []string{"bin/bash", "sbin/ldconfig", "etc/ld.so.cache"} {
+		if _, err := os.Stat(filepath.Join(s.DebianRoot, f)); err != nil {
+			return Image{}, fmt.Errorf("the workload image's Debian root %q lacks %s (make workload-root makes it): %w", s.DebianRoot, f, err)
+		}
+	}
+	debian, err := TreeEntries(s.DebianRoot)
+	if err != nil {
 		return Image{}, err
 	}
 	entries := []Entry{
@@ -90,6 +108,7 @@ func WorkloadSpec(s Sources) (Image, error) {
 	for _, a := range BusyboxApplets {
 		entries = append(entries, Link("/bin/"+a, "busybox"))
 	}
+	entries = append(entries, debian...)
 	return Image{
 		Name:    WorkloadImage,
 		Config:  Config{Env: []string{defaultPath}, Cmd: WorkloadCmd, WorkingDir: "/"},
@@ -150,6 +169,15 @@ const (
 // from Sources.BinDir by its base name), as the Dockerfile copies them.
 var GpudraBinaries = []string{"/usr/local/bin/" + PluginBinary, "/usr/local/bin/" + ControllerBinary}
 
+// NVIDIA's nvidia-cdi-hook in the gpudra image: built by CDIHookBuildScript
+// (static), taken from Sources.BinDir, at the path the plugin's
+// --nvidia-cdi-hook-source defaults to (plugin.CDIHookImagePath).
+const (
+	CDIHookBinary      = "nvidia-cdi-hook"
+	CDIHookBuildScript = "hack/build-cdi-hook.sh"
+	GpudraCDIHook      = "/usr/local/bin/" + CDIHookBinary
+)
+
 // GpudraConfig is the gpudra image's config, as the Dockerfile's final
 // stage sets it (USER, ENTRYPOINT) plus the distroless base's environment.
 var GpudraConfig = Config{
@@ -188,6 +216,11 @@ func gpudraSpec(s Sources, failpoints bool) (Image, error) {
 		bins = append(bins, bin)
 		entries = append(entries, HostFile(b, bin, 0o755))
 	}
+	hook := filepath.Join(s.BinDir, CDIHookBinary)
+	if err := requireStatic(hook); err != nil {
+		return Image{}, fmt.Errorf("nvidia-cdi-hook runs on the host, whatever its C library: %w (%s builds it)", err, CDIHookBuildScript)
+	}
+	entries = append(entries, HostFile(GpudraCDIHook, hook, 0o755))
 	rt, err := HostRuntime(s.HostRoot, bins, DlopenLibraries)
 	if err != nil {
 		return Image{}, fmt.Errorf("the gpudra image's C libraries: %w", err)

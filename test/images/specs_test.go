@@ -69,6 +69,10 @@ var testBins = sync.OnceValues(func() (string, error) {
 	if err := goBuild(repoRoot, []string{"CGO_ENABLED=0"}, "-o", dir+"/", "./test/cmd/"+PauseBinary, "./test/cmd/"+GPUsBinary); err != nil {
 		return "", err
 	}
+	// The hook stands in as a static binary, as hack/build-cdi-hook.sh builds it.
+	if err := goBuild(repoRoot, []string{"CGO_ENABLED=0"}, "-o", filepath.Join(dir, CDIHookBinary), "./test/cmd/"+PauseBinary); err != nil {
+		return "", err
+	}
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return "", err
@@ -169,6 +173,9 @@ func TestBuildAll(t *testing.T) {
 		assert.Equal(t, int64(0o755), f.Mode, b)
 		assert.Equal(t, fileSHA(t, filepath.Join(src.BinDir, filepath.Base(b))), f.SHA256, b)
 	}
+	hook := gpudra.Files[GpudraCDIHook]
+	assert.Equal(t, int64(0o755), hook.Mode)
+	assert.Equal(t, fileSHA(t, filepath.Join(src.BinDir, CDIHookBinary)), hook.SHA256)
 	assert.Contains(t, string(gpudra.Files["/etc/passwd"].Data), "nonroot:x:65532:65532:")
 	assert.Contains(t, string(gpudra.Files["/etc/group"].Data), "nonroot:x:65532:")
 	assert.Equal(t, fileSHA(t, CACertificates), gpudra.Files[CACertificates].SHA256)
@@ -211,6 +218,11 @@ func TestSpecsRefuse(t *testing.T) {
 			s.BinDir = linkDir(t, map[string]string{PluginBinary: p, ControllerBinary: p})
 			return s
 		}, "was built with CGO_ENABLED=0"},
+		"dynamic hook": {GpudraSpec, func(s Sources) Sources {
+			s.BinDir = linkDir(t, map[string]string{PluginBinary: filepath.Join(s.BinDir, PluginBinary),
+				ControllerBinary: filepath.Join(s.BinDir, ControllerBinary), CDIHookBinary: dynamic})
+			return s
+		}, "nvidia-cdi-hook runs on the host, whatever its C library"},
 		"no busybox": {WorkloadSpec, func(s Sources) Sources { s.BusyboxRoot = t.TempDir(); return s }, "bin/busybox"},
 		"no chart":   {GpudraSpec, func(s Sources) Sources { s.ChartDir = t.TempDir(); return s }, "read the chart's values"},
 	} {

@@ -146,7 +146,13 @@ state = "/run/containerd"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = [%[5]q]
     conf_dir = %[6]q
-`, ContainerdSocket, images.PauseImage, CDIDir, c.cfg.Runc, c.cfg.CNIBinDir, CNIConfDir)
+
+# NRI: containerd starts the plugins of plugin_path (gpudra-sim-nri, see nri.go).
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = %[7]q
+  plugin_path = %[8]q
+`, ContainerdSocket, images.PauseImage, CDIDir, c.cfg.Runc, c.cfg.CNIBinDir, CNIConfDir, NRISocket, c.nriPluginDir())
 }
 
 // cniConfig gives node i a bridge of its own with its /24 of the pod CIDR.
@@ -226,6 +232,9 @@ func (c *Cluster) startNodeRuntime(ctx context.Context, spec NodeSpec) error {
 	n := c.Node(spec.Name)
 	i, err := c.nodeIndex(spec.Name)
 	if err != nil {
+		return err
+	}
+	if err := c.writeNRIPlugins(); err != nil {
 		return err
 	}
 	if err := os.WriteFile(n.ContainerdConfig(), []byte(c.containerdConfig()), 0o644); err != nil {

@@ -1,7 +1,7 @@
 // Command gpudra-images writes the local cluster's container images as OCI
 // image layout tarballs for `ctr -n k8s.io images import` (see test/images):
 //
-//	gpudra-images build --out DIR [--bin-dir DIR] [--busybox-root DIR] [--chart DIR] [--host-root DIR]
+//	gpudra-images build --out DIR [--bin-dir DIR] [--busybox-root DIR] [--debian-root DIR] [--chart DIR] [--host-root DIR]
 //	gpudra-images build-failpoints --out DIR --bin-dir DIR [--chart DIR] [--host-root DIR]
 //	gpudra-images names [--chart DIR]
 //	gpudra-images verify FILE...
@@ -38,6 +38,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	src := images.Sources{
 		BinDir:      filepath.Join("_output", "images", "bin"),
 		BusyboxRoot: filepath.Join("_output", "busybox-static"),
+		DebianRoot:  filepath.Join("_output", "workload-root"),
 		HostRoot:    "/",
 		ChartDir:    images.DefaultChartDir,
 	}
@@ -50,6 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&out, "out", "", "Directory for pause.tar, workload.tar and gpudra.tar (required).")
 		fs.StringVar(&src.BinDir, "bin-dir", src.BinDir, "Directory with gpudra-pause and gpudra-gpus (static) and gpu-kubelet-plugin and gpu-controller (built like the Dockerfile builds them).")
 		fs.StringVar(&src.BusyboxRoot, "busybox-root", src.BusyboxRoot, "Debian's busybox-static package unpacked with dpkg-deb -x (make busybox-static).")
+		fs.StringVar(&src.DebianRoot, "debian-root", src.DebianRoot, "The workload image's Debian C library, ldconfig and bash, unpacked into one root (make workload-root).")
 		fs.StringVar(&src.HostRoot, "host-root", src.HostRoot, "Root file system the C library and CA certificates are taken from.")
 	case "build-failpoints":
 		fs.StringVar(&out, "out", "", "Directory for gpudra-failpoints.tar (required).")

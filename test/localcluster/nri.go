@@ -1,0 +1,38 @@
+package localcluster
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/gpudra/gpudra/test/fakedriver"
+)
+
+// NRISocket is where each node's containerd serves NRI (under the node's
+// own /run/containerd).
+const NRISocket = "/run/containerd/nri.sock"
+
+// simNRIBinary is the NRI plugin that adds the fake driver root's
+// process-recording hook to every container (test/cmd/gpudra-sim-nri).
+const simNRIBinary = "gpudra-sim-nri"
+
+// nriPluginDir holds the NRI plugins every node's containerd starts itself
+// (named <index>-<name>, as NRI requires).
+func (c *Cluster) nriPluginDir() string { return filepath.Join(c.Dir, "nri-plugins") }
+
+// RecordHookPath is the fake driver root's process-recording hook as a
+// node's runtime sees it.
+func RecordHookPath() string { return filepath.Join(SimDriverRoot, fakedriver.RecordHook) }
+
+// writeNRIPlugins writes the plugin directory: a script that starts
+// gpudra-sim-nri with the hook's path (containerd passes a pre-registered
+// plugin no arguments).
+func (c *Cluster) writeNRIPlugins() error {
+	dir := c.nriPluginDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	script := fmt.Sprintf("#!/bin/sh\n# The local cluster's NRI plugin (test/localcluster/nri.go).\nexec %q --record-hook=%q\n",
+		c.bin(simNRIBinary), RecordHookPath())
+	return os.WriteFile(filepath.Join(dir, "10-"+simNRIBinary), []byte(script), 0o755)
+}
