@@ -34,9 +34,9 @@ func (o *Options) addGPUSharingFlag(fs *pflag.FlagSet) {
 
 func (o *Options) addSharingToolFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NvidiaSMIPath, "nvidia-smi-path", "",
-		"nvidia-smi used to set GPU time slices (NVML has no API for it). Default: <nvidia-driver-root>/usr/bin/nvidia-smi or $PATH.")
+		"nvidia-smi used to set GPU time slices (NVML has no API for it). Default: the first nvidia-smi in usr/bin, usr/sbin, bin, sbin, opt/bin of --nvidia-driver-root, else $PATH.")
 	fs.StringVar(&o.MPSControlPath, "mps-control-path", "",
-		"nvidia-cuda-mps-control used to run MPS control daemons. Default: <nvidia-driver-root>/usr/bin/nvidia-cuda-mps-control or $PATH.")
+		"nvidia-cuda-mps-control used to run MPS control daemons. Default: found like nvidia-smi.")
 	fs.StringVar(&o.MPSRoot, "mps-root", "",
 		"Host directory for the MPS daemons' pipe and log directories (mounted into containers). Default: <plugin dir>/mps.")
 	fs.DurationVar(&o.MPSCheckInterval, "mps-check-interval", 10*time.Second,
@@ -76,13 +76,7 @@ func (o *Options) sliceOptions() slice.Options {
 
 // sharingTools returns the time slicer and MPS control of the node.
 func (o *Options) sharingTools(ctx context.Context) (sharing.TimeSlicer, *sharing.MPSControl, error) {
-	driverRoot := o.roots().Driver
-	var env []string
-	if lib, err := nvmllib.FindLibrary(driverRoot); err == nil && driverRoot != "/" {
-		// Tools run from a driver root mounted into the plugin's container
-		// load the driver's libraries from there.
-		env = []string{"LD_LIBRARY_PATH=" + filepath.Dir(lib)}
-	}
+	env := toolEnv(o.roots().Driver)
 	smi := sharing.NvidiaSMI{Path: o.tool(o.NvidiaSMIPath, "nvidia-smi"), Env: env}
 	root := o.MPSRoot
 	if root == "" {
@@ -94,20 +88,46 @@ func (o *Options) sharingTools(ctx context.Context) (sharing.TimeSlicer, *sharin
 		return nil, nil, err
 	}
 	klog.FromContext(ctx).Info("GPU sharing tools", "gpuSharing", o.GPUSharing, "nvidiaSMI", smi.Path,
-		"mpsControl", o.tool(o.MPSControlPath, "nvidia-cuda-mps-control"), "mpsRoot", root)
+		"mpsControl", o.tool(o.MPSControlPath, "nvidia-cuda-mps-control"), "mpsRoot", root, "env", env)
 	return smi, mps, nil
 }
 
-// tool resolves a helper binary: the flag, else the driver root's usr/bin
-// (the root as roots() reads it: an empty --nvidia-driver-root is /), else
-// $PATH. It returns "" if none exists; prepares that need it then fail with
-// a message naming the flag.
+// toolEnv is the environment of the driver's tools when they run from a
+// driver root mounted into the plugin's container: only the root's
+// libnvidia-ml.so.1 preloaded, as NVIDIA starts nvidia-smi. Never the root's
+// library directory on LD_LIBRARY_PATH: it holds the host's own C library,
+// which the image's loader cannot use when the versions differ (Ubuntu or
+// RHEL hosts), so every tool would fail to start. A root of "/" needs
+// nothing: the tools run with the host's own loader setup.
+func toolEnv(driverRoot string) []string {
+	if driverRoot == "/" || driverRoot == "" {
+		return nil
+	}
+	lib, err := nvmllib.FindLibrary(driverRoot)
+	if err != nil {
+		return nil // no NVML: discovery has failed already, with the reason
+	}
+	return []string{"LD_PRELOAD=" + lib}
+}
+
+// ToolDirs are the directories, relative to the driver root, where the
+// driver's tools are looked up, in order: /usr/bin and /usr/sbin of a host
+// or the GPU Operator's driver container, /bin of GKE's
+// /home/kubernetes/bin/nvidia, /opt/bin and /sbin of other installations.
+var ToolDirs = []string{"usr/bin", "usr/sbin", "bin", "sbin", "opt/bin"}
+
+// tool resolves a helper binary: the flag, else the first of ToolDirs
+// under the driver root (the root as roots() reads it: an empty
+// --nvidia-driver-root is /) that has it, else $PATH. It returns "" if none
+// exists; prepares that need it then fail with a message naming the flag.
 func (o *Options) tool(flag, name string) string {
 	if flag != "" {
 		return flag
 	}
-	if p := filepath.Join(o.roots().Driver, "usr", "bin", name); nvmllib.Exists(p) {
-		return p
+	for _, dir := range ToolDirs {
+		if p := filepath.Join(o.roots().Driver, dir, name); nvmllib.Exists(p) {
+			return p
+		}
 	}
 	if p, err := exec.LookPath(name); err == nil {
 		return p

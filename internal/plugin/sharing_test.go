@@ -34,6 +34,11 @@ func TestSharingToolResolution(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "usr", "bin"), 0o755))
 	smi := filepath.Join(root, "usr", "bin", "nvidia-smi")
 	require.NoError(t, os.WriteFile(smi, []byte("#!/bin/sh\n"), 0o755))
+	// GKE's driver root (/home/kubernetes/bin/nvidia) has bin/ and lib64/.
+	gke := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(gke, "bin"), 0o755))
+	gkeSMI := filepath.Join(gke, "bin", "nvidia-smi")
+	require.NoError(t, os.WriteFile(gkeSMI, []byte("#!/bin/sh\n"), 0o755))
 	t.Setenv("PATH", t.TempDir())
 	// The working directory holds usr/bin/nvidia-smi too: an empty driver
 	// root is /, never the working directory.
@@ -48,6 +53,7 @@ func TestSharingToolResolution(t *testing.T) {
 		{name: "the driver root as given, uncleaned", driverRoot: root + "/./", tool: "nvidia-smi", want: smi},
 		{name: "missing everywhere: prepares that need it fail", driverRoot: root, tool: "nvidia-cuda-mps-control", want: ""},
 		{name: "the flag wins", driverRoot: root, flag: "/opt/x", tool: "nvidia-smi", want: "/opt/x"},
+		{name: "GKE's bin/", driverRoot: gke, tool: "nvidia-smi", want: gkeSMI},
 		{name: "an empty driver root is /, not the working directory", driverRoot: "", tool: "nvidia-smi", want: ""},
 	}
 	for _, tc := range tests {

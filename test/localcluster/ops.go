@@ -111,11 +111,15 @@ func (c *Cluster) ClearFaults(node string) error {
 // administrator runs nvidia-smi on a node: `-i 0,1 -mig 1`, `mig -i 0 -cgi
 // 3g.40gb,1g.10gb -C`, `mig -i 0 -dci -dgi` change the simulated GPUs' MIG
 // state (test/fakegpu). The plugin reads it at its start: restart it (or
-// helm-upgrade) afterwards.
+// helm-upgrade) afterwards. Like the real tool it needs the driver's
+// libnvidia-ml.so.1, which the host's loader does not know of here: it is
+// preloaded, as the plugin starts it.
 func (c *Cluster) NvidiaSMI(ctx context.Context, node string, args ...string) (string, error) {
 	if _, err := c.nodeIndex(node); err != nil {
 		return "", err
 	}
-	smi := filepath.Join(c.Node(node).DriverRoot(), "usr", "bin", "nvidia-smi")
-	return run(ctx, append([]string{smi}, args...)...)
+	root := c.Node(node).DriverRoot()
+	smi := filepath.Join(root, fakedriver.BinDir, "nvidia-smi")
+	argv := append([]string{"env", "LD_PRELOAD=" + filepath.Join(root, fakedriver.LibDir, fakedriver.NVMLSONAME), smi}, args...)
+	return run(ctx, argv...)
 }

@@ -4,9 +4,19 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/gpudra/gpudra/test/fakegpu"
+	"github.com/gpudra/gpudra/test/fakegpu/driverlib"
 )
 
-func main() { os.Exit(fakegpu.MPSControl(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+func main() {
+	// As demanding as the real tool: dynamically linked, and it needs the
+	// driver's NVML library (test/fakegpu/driverlib).
+	if err := driverlib.Require("gpudra-fake-mps-control"); err != nil {
+		_, _ = fmt.Fprintln(os.Stderr, err)
+		os.Exit(9)
+	}
+	os.Exit(fakegpu.MPSControl(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}

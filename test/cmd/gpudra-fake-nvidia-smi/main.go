@@ -7,9 +7,19 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/gpudra/gpudra/test/fakegpu"
+	"github.com/gpudra/gpudra/test/fakegpu/driverlib"
 )
 
-func main() { os.Exit(fakegpu.NvidiaSMI(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	// As demanding as the real tool: dynamically linked, and it needs the
+	// driver's NVML library (test/fakegpu/driverlib).
+	if err := driverlib.Require("gpudra-fake-nvidia-smi"); err != nil {
+		_, _ = fmt.Fprintln(os.Stderr, err)
+		os.Exit(9)
+	}
+	os.Exit(fakegpu.NvidiaSMI(os.Args[1:], os.Stdout, os.Stderr))
+}
