@@ -27,7 +27,8 @@ type PCIeRootResolver interface {
 // Options tune discovery.
 type Options struct {
 	// SysfsRoot, when set, is the root under which /sys is read to find the
-	// PCIe root complex of real GPUs (for tests or a host mounted elsewhere).
+	// PCIe root complex and NUMA node of real GPUs (for tests or a host
+	// mounted elsewhere).
 	SysfsRoot string
 }
 
@@ -58,6 +59,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		return nil, nvmlError("get device count", ret)
 	}
 	resolver, _ := lib.(PCIeRootResolver)
+	numaResolver, _ := lib.(NUMANodeResolver)
 	handles := make([]nvml.Device, 0, count)
 	for i := 0; i < count; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
@@ -79,6 +81,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 			continue
 		}
 		gpu.PCIeRoot = pcieRoot(ctx, gpu.PCIBusID, resolver, opts)
+		gpu.NUMANode = numaNode(ctx, gpu.PCIBusID, numaResolver, opts)
 		logger.V(4).Info("Discovered GPU", "index", gpu.Index, "minor", gpu.Minor, "uuid", gpu.UUID,
 			"product", gpu.ProductName, "pciBusID", gpu.PCIBusID, "pcieRoot", gpu.PCIeRoot, "migEnabled", gpu.MIGEnabled)
 		node.GPUs = append(node.GPUs, gpu)
@@ -129,9 +132,6 @@ func describe(dev nvml.Device, index int) (model.GPU, error) {
 		return gpu, err
 	}
 	gpu.PCIBusID = busID
-	if numa, ret := dev.GetNumaNodeId(); ret == nvml.SUCCESS && numa >= 0 {
-		gpu.NUMANode = &numa
-	}
 	// The current ECC mode, not the pending one: a change needs a reset to
 	// take effect. No ECC (NOT_SUPPORTED) is "not enabled".
 	switch ecc, _, ret := dev.GetEccMode(); ret {
