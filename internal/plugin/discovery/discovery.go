@@ -13,7 +13,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/klog/v2"
 
-	"github.com/gpudra/gpudra/internal/plugin/mig"
 	"github.com/gpudra/gpudra/internal/plugin/model"
 )
 
@@ -66,7 +65,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		var gpu model.GPU
 		var err error
 		if ret == nvml.SUCCESS {
-			gpu, err = describe(dev, i)
+			gpu, err = describe(ctx, dev, i)
 		} else {
 			dev, err = nil, nvmlError(fmt.Sprintf("get handle of GPU %d", i), ret)
 		}
@@ -91,7 +90,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 	return node, nil
 }
 
-func describe(dev nvml.Device, index int) (model.GPU, error) {
+func describe(ctx context.Context, dev nvml.Device, index int) (model.GPU, error) {
 	gpu := model.GPU{Index: index}
 	var ret nvml.Return
 	if gpu.UUID, ret = dev.GetUUID(); ret != nvml.SUCCESS {
@@ -118,11 +117,15 @@ func describe(dev nvml.Device, index int) (model.GPU, error) {
 		return gpu, nvmlError("get CUDA compute capability", ret)
 	}
 	gpu.CUDAComputeCapability = fmt.Sprintf("%d.%d", major, minor)
-	mem, ret := dev.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
+	// Unified-memory GPUs answer NOT_SUPPORTED: the GPU is published
+	// without a memory capacity (MemoryBytes 0), as NVIDIA's driver does.
+	switch mem, ret := dev.GetMemoryInfo(); ret {
+	case nvml.SUCCESS:
+		gpu.MemoryBytes = mem.Total
+	case nvml.ERROR_NOT_SUPPORTED:
+	default:
 		return gpu, nvmlError("get memory info", ret)
 	}
-	gpu.MemoryBytes = mem.Total
 	pci, ret := dev.GetPciInfo()
 	if ret != nvml.SUCCESS {
 		return gpu, nvmlError("get PCI info", ret)
@@ -151,15 +154,8 @@ func describe(dev nvml.Device, index int) (model.GPU, error) {
 		return gpu, nvmlError("get MIG mode", ret)
 	}
 	if gpu.MIGCapable {
-		geo, err := mig.Geometry(dev, gpu.MemoryBytes)
-		if err != nil {
+		if err := describeMIG(ctx, dev, &gpu); err != nil {
 			return gpu, err
-		}
-		gpu.MIG = geo
-		if gpu.MIGEnabled {
-			if gpu.MIGDevices, err = mig.Devices(dev, geo); err != nil {
-				return gpu, err
-			}
 		}
 	}
 	return gpu, nil
