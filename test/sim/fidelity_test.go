@@ -119,7 +119,7 @@ func returnCodes(col string) []nvml.Return {
 
 func returnByName(name string) (nvml.Return, bool) {
 	for r := nvml.Return(0); r <= 999; r++ {
-		s := nvml.Return(r).String()
+		s := r.String()
 		if s == name || s == "ERROR_"+name {
 			return r, true
 		}
