@@ -83,7 +83,7 @@ type MpsConfig struct {
 	DefaultPinnedDeviceMemoryLimit *resource.Quantity `json:"defaultPinnedDeviceMemoryLimit,omitempty"`
 	// PerDevicePinnedMemoryLimits overrides the default limit per GPU. Keys
 	// are CUDA device ordinals as the container sees them ("0" is the first
-	// GPU in NVIDIA_VISIBLE_DEVICES of the request).
+	// GPU allocated for the request).
 	PerDevicePinnedMemoryLimits map[string]resource.Quantity `json:"perDevicePinnedMemoryLimits,omitempty"`
 }
 

@@ -51,7 +51,7 @@ func TestRealNVML(t *testing.T) {
 	w, err := cdi.NewWriter(t.TempDir(), edits)
 	require.NoError(t, err)
 	g := &gpus.Node.GPUs[0]
-	_, err = w.WriteClaim("00000000-0000-0000-0000-000000000001", []cdi.ClaimDevice{{DeviceName: g.DeviceName(), GPU: g, VisibleUUIDs: []string{g.UUID}}})
+	_, err = w.WriteClaim("00000000-0000-0000-0000-000000000001", []cdi.ClaimDevice{{DeviceName: g.DeviceName(), GPU: g, RequestUUIDs: []string{g.UUID}}})
 	require.NoError(t, err, "a claim spec with the real edits must be valid CDI")
 }
 

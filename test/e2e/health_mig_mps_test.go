@@ -86,9 +86,7 @@ func TestHealthWithDynamicMIGAndMPS(t *testing.T) {
 	if devs := migDevicesInNVML(t, migNode); devs[migUUID] != "1g.10gb" {
 		t.Fatalf("MIG device %s of the pod missing in NVML: %v", migUUID, devs)
 	}
-	if got := containerEnv(t, ns+"/mig-mps", "NVIDIA_VISIBLE_DEVICES"); got != migUUID {
-		t.Fatalf("the container sees NVIDIA_VISIBLE_DEVICES=%q, want its MIG device %s", got, migUUID)
-	}
+	checkMIGEnv(t, ns+"/mig-mps", rec.Devices[0].MIG, migUUID)
 	t.Logf("pod runs on %s (parent %s, %s) with MPS daemon %d", device, parent, migUUID, rec.MPS.PID)
 
 	sawUnhealthy := watchUnhealthy(t, ns, "mig-mps")

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/gpudra/gpudra/internal/plugin/checkpoint"
 	"github.com/gpudra/gpudra/test/fakedriver"
 	"github.com/gpudra/gpudra/test/sim"
 )
@@ -104,6 +106,21 @@ func containerEnv(t *testing.T, podRef, key string) string {
 	return v
 }
 
+// checkMIGEnv: the container is told its MIG device by the spec's
+// GPUDRA_MIG_<minor>_<gi>_<ci> variable, and no NVIDIA_VISIBLE_DEVICES
+// names a device (a legacy nvidia-container-runtime would inject it again).
+func checkMIGEnv(t *testing.T, podRef string, m *checkpoint.MIG, migUUID string) {
+	t.Helper()
+	minor := strings.TrimPrefix(m.Parent, "gpu-")
+	key := fmt.Sprintf("GPUDRA_MIG_%s_%d_%d", minor, m.GIID, m.CIID)
+	if got := containerEnv(t, podRef, key); got != migUUID {
+		t.Fatalf("the container sees %s=%q, want its MIG device %s", key, got, migUUID)
+	}
+	if got := containerEnv(t, podRef, "NVIDIA_VISIBLE_DEVICES"); got != "" && got != "void" {
+		t.Fatalf("the container sees NVIDIA_VISIBLE_DEVICES=%q: gpudra sets it for no device", got)
+	}
+}
+
 // clusterMIGDevices are the MIG devices of both nodes of the local cluster.
 func clusterMIGDevices(t *testing.T) map[string]string {
 	t.Helper()
@@ -156,9 +173,7 @@ func TestDynamicMIG(t *testing.T) {
 	if devs[migUUID] != "1g.10gb" || len(devs) != 1 {
 		t.Fatalf("while the pod runs, NVML must have exactly its 1g.10gb device %s: %v", migUUID, devs)
 	}
-	if got := containerEnv(t, ns+"/mig-pod", "NVIDIA_VISIBLE_DEVICES"); got != migUUID {
-		t.Fatalf("the container sees NVIDIA_VISIBLE_DEVICES=%q, want its MIG device %s", got, migUUID)
-	}
+	checkMIGEnv(t, ns+"/mig-pod", rec.Devices[0].MIG, migUUID)
 
 	// A plugin crash keeps the running pod's MIG device.
 	clusterCmd(t, "restart-plugin", migNode)

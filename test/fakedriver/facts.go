@@ -23,7 +23,7 @@ type gpuFacts struct {
 	Name  string
 	// BusID in the sysfs form "0000:1b:00.0".
 	BusID string
-	// NUMANode is -1 when unknown.
+	// NUMANode of the PCI device (sysfs numa_node); -1 when unknown.
 	NUMANode int
 	// PCIeRoot such as "pci0000:15"; "" when the profile leaves it unknown.
 	PCIeRoot   string
@@ -61,10 +61,9 @@ func readFacts(p *sim.Profile, node string) (*nodeFacts, error) {
 		if ret != nvml.SUCCESS {
 			return nil, fmt.Errorf("simulated NVML: GPU %d: get PCI info: %v", g.Index, ret.Error())
 		}
-		numa := -1
-		if g.NUMANode != nil {
-			numa = *g.NUMANode
-		}
+		// NVML does not report the PCI device's NUMA node on x86 (it
+		// answers NOT_SUPPORTED); sysfs does, and the simulator says what.
+		numa, _ := srv.PCINUMANode(g.PCIBusID)
 		f.GPUs = append(f.GPUs, gpuFacts{Minor: g.Minor, UUID: g.UUID, Name: g.ProductName, BusID: g.PCIBusID,
 			NUMANode: numa, PCIeRoot: g.PCIeRoot, MIGCapable: g.MIGCapable,
 			PCIDeviceID: pci.PciDeviceId, PCISubsystemID: pci.PciSubSystemId})

@@ -14,6 +14,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/gpudra/gpudra/internal/plugin/cdi"
+	"github.com/gpudra/gpudra/internal/plugin/discovery"
 	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
 	"github.com/gpudra/gpudra/test/sim"
 )
@@ -47,6 +48,7 @@ type simGPU struct {
 	uuid       string
 	busID      string
 	pcieRoot   string
+	numaNode   int // the PCI device's, -1 when unknown
 	migCapable bool
 }
 
@@ -64,7 +66,9 @@ func simulated(t *testing.T, profile string, profileDirs []string) (*sim.Server,
 		uuid, ret := dev.GetUUID()
 		require.Equal(t, nvml.SUCCESS, ret)
 		root, _ := srv.PCIeRoot(g.PCIBusID)
-		gpus = append(gpus, simGPU{minor: g.Index, uuid: uuid, busID: g.PCIBusID, pcieRoot: root, migCapable: g.Model.MIGCapable()})
+		numa, _ := srv.PCINUMANode(g.PCIBusID)
+		gpus = append(gpus, simGPU{minor: g.Index, uuid: uuid, busID: g.PCIBusID, pcieRoot: root, numaNode: numa,
+			migCapable: g.Model.MIGCapable()})
 	}
 	return srv, gpus
 }
@@ -184,6 +188,9 @@ func TestGenerateBuiltinProfiles(t *testing.T) {
 					}
 				}
 
+				numa, err := os.ReadFile(filepath.Join(root, "sys/bus/pci/devices", g.busID, "numa_node"))
+				require.NoError(t, err, "every GPU has its numa_node")
+				require.Equal(t, fmt.Sprintf("%d\n", g.numaNode), string(numa), "numa_node of %s", g.busID)
 				attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(g.busID, deviceattribute.WithFSFromRoot(filepath.Join(root, "sys")))
 				if g.pcieRoot == "" {
 					require.Error(t, err, "GPU %s has no PCIe root in the profile", g.busID)
@@ -337,4 +344,40 @@ func TestMIGCaps(t *testing.T) {
 	require.Equal(t, MIGCap{"gpu1/gi0/access", 138}, caps[2+migMinorsPerGPU])
 	// Only the listed GPUs, numbered by minor.
 	require.Equal(t, MIGCap{"gpu5/gi0/access", 3 + 5*135}, MIGCaps([]int{5})[2])
+}
+
+// TestGenerateNUMANode: every GPU's PCI device has its numa_node, also
+// without a PCIe root in the profile, and discovery reads the profile's
+// node from it (the simulated NVML answers nvmlDeviceGetNumaNodeId
+// NOT_SUPPORTED, as on x86); -1 gives no numaNode.
+func TestGenerateNUMANode(t *testing.T) {
+	requireRoot(t)
+	file := filepath.Join(t.TempDir(), "numa.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(`driverVersion: "570.124.06"
+cudaDriverVersion: "12.8"
+gpus:
+  - model: l4
+    count: 3
+    devices:
+      - {pciBusID: "0000:17:00.0", numaNode: 1}
+      - {pciBusID: "0000:18:00.0", numaNode: -1}
+      - {pciBusID: "0000:65:00.0", numaNode: 0, pcieRoot: pci0000:64}
+`), 0o644))
+	opts := testInputs(t, file)
+	require.NoError(t, Generate(opts))
+	srv, _ := simulated(t, file, nil)
+	node, err := discovery.Discover(t.Context(), struct{ nvml.Interface }{srv},
+		discovery.Options{SysfsRoot: filepath.Join(opts.Dir, "sys")})
+	require.NoError(t, err)
+	require.Len(t, node.GPUs, 3)
+	var got []any
+	for _, g := range node.GPUs {
+		if g.NUMANode == nil {
+			got = append(got, nil)
+		} else {
+			got = append(got, *g.NUMANode)
+		}
+	}
+	require.Equal(t, []any{1, nil, 0}, got)
+	require.Equal(t, []string{"", "", "pci0000:64"}, []string{node.GPUs[0].PCIeRoot, node.GPUs[1].PCIeRoot, node.GPUs[2].PCIeRoot})
 }

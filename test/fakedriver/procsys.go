@@ -23,8 +23,9 @@ func (w *writer) proc(f *nodeFacts) {
 // its PCIe root complex, behind a root port of its own, and linked from
 // sys/bus/pci/devices, so that the PCIe root resolved from the link
 // (k8s.io/dynamic-resource-allocation/deviceattribute) is the simulator's.
-// A GPU whose profile leaves the root unknown gets no entry: the plugin
-// then publishes no pcieRoot for it, as with the simulator.
+// A GPU whose profile leaves the root unknown gets a plain directory with
+// only numa_node, under no root complex: the plugin then publishes no
+// pcieRoot for it, as with the simulator, but its numaNode.
 func (w *writer) sys(f *nodeFacts) {
 	taken := map[string]bool{} // PCI addresses in use
 	for _, g := range f.GPUs {
@@ -32,6 +33,7 @@ func (w *writer) sys(f *nodeFacts) {
 	}
 	for _, g := range f.GPUs {
 		if g.PCIeRoot == "" {
+			w.file(filepath.Join("sys/bus/pci/devices", g.BusID, "numa_node"), fmt.Appendf(nil, "%d\n", g.NUMANode), 0o444)
 			continue
 		}
 		port, err := rootPort(g.PCIeRoot, taken)

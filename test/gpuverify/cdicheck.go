@@ -144,11 +144,9 @@ func gpusOf(node *model.Node, names []string) []*model.GPU {
 }
 
 // checkSpecDevices checks what gpudra's spec promises per GPU (docs/reliability.md:
-// CDI): a device "<claimUID>-gpu-<minor>" with /dev/nvidia<minor>,
-// NVIDIA_VISIBLE_DEVICES with the claim's GPUs (one request) and
+// CDI): a device "<claimUID>-gpu-<minor>" with /dev/nvidia<minor> and
 // GPUDRA_GPU_<minor>=<uuid>.
 func checkSpecDevices(spec *cdispec.Spec, uid string, gpus []*model.GPU) error {
-	visible := "NVIDIA_VISIBLE_DEVICES=" + visibleDevices(gpus)
 	var problems []string
 	for _, g := range gpus {
 		name := uid + "-" + g.DeviceName()
@@ -162,10 +160,8 @@ func checkSpecDevices(spec *cdispec.Spec, uid string, gpus []*model.GPU) error {
 		if !slices.ContainsFunc(e.DeviceNodes, func(d *cdispec.DeviceNode) bool { return d.Path == node }) {
 			problems = append(problems, fmt.Sprintf("%s: no device node %s", name, node))
 		}
-		for _, env := range []string{visible, "GPUDRA_GPU_" + strconv.Itoa(g.Minor) + "=" + g.UUID} {
-			if !slices.Contains(e.Env, env) {
-				problems = append(problems, fmt.Sprintf("%s: no %s", name, env))
-			}
+		if env := "GPUDRA_GPU_" + strconv.Itoa(g.Minor) + "=" + g.UUID; !slices.Contains(e.Env, env) {
+			problems = append(problems, fmt.Sprintf("%s: no %s", name, env))
 		}
 	}
 	if len(spec.Devices) != len(gpus) {
@@ -204,9 +200,16 @@ func injectSpec(dir string, ids []string, spec *cdispec.Spec, gpus []*model.GPU)
 			problems = append(problems, "no device "+p+" in the OCI spec")
 		}
 	}
-	// The claim's GPUs, whatever the common edits set (nvcdi's say "void").
-	if got := envValues(ociSpec.Process.Env, "NVIDIA_VISIBLE_DEVICES"); !slices.Equal(got, []string{visibleDevices(gpus)}) {
-		problems = append(problems, fmt.Sprintf("the container gets NVIDIA_VISIBLE_DEVICES %q, expected %q", got, visibleDevices(gpus)))
+	// Every GPU named, and none selected through NVIDIA_VISIBLE_DEVICES:
+	// the nvidia-container-runtime in legacy mode would inject the GPUs a
+	// second time (only "void", which selects nothing, is harmless).
+	for _, g := range gpus {
+		if env := "GPUDRA_GPU_" + strconv.Itoa(g.Minor) + "=" + g.UUID; !slices.Contains(ociSpec.Process.Env, env) {
+			problems = append(problems, "the container gets no "+env)
+		}
+	}
+	if got := envValues(ociSpec.Process.Env, "NVIDIA_VISIBLE_DEVICES"); slices.ContainsFunc(got, func(v string) bool { return v != "void" }) {
+		problems = append(problems, fmt.Sprintf("the container gets NVIDIA_VISIBLE_DEVICES %q: a runtime in legacy mode would inject GPUs again", got))
 	}
 	if n := countMounts(spec); len(ociSpec.Mounts) < n {
 		problems = append(problems, fmt.Sprintf("%d mounts in the OCI spec, the CDI spec has %d", len(ociSpec.Mounts), n))
@@ -215,15 +218,6 @@ func injectSpec(dir string, ids []string, spec *cdispec.Spec, gpus []*model.GPU)
 		return fmt.Errorf("%s", strings.Join(problems, "; "))
 	}
 	return nil
-}
-
-// visibleDevices is NVIDIA_VISIBLE_DEVICES of a claim with one request.
-func visibleDevices(gpus []*model.GPU) string {
-	uuids := make([]string, 0, len(gpus))
-	for _, g := range gpus {
-		uuids = append(uuids, g.UUID)
-	}
-	return strings.Join(uuids, ",")
 }
 
 // envValues returns the values of every entry of name in env.

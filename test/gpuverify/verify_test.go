@@ -247,9 +247,9 @@ func TestFailures(t *testing.T) {
 			want: []string{"/dev/nvidiactl is not a device file"},
 		},
 		{
-			name:  "device edits hide the GPUs",
-			setup: func(_ *testing.T, r *simRun) { r.edits.deviceEnv = []string{"NVIDIA_VISIBLE_DEVICES=void"} },
-			want:  []string{`the container gets NVIDIA_VISIBLE_DEVICES ["void"], expected "GPU-`},
+			name:  "device edits select GPUs for a legacy runtime",
+			setup: func(_ *testing.T, r *simRun) { r.edits.deviceEnv = []string{"NVIDIA_VISIBLE_DEVICES=GPU-x"} },
+			want:  []string{`the container gets NVIDIA_VISIBLE_DEVICES ["GPU-x"]: a runtime in legacy mode would inject GPUs again`},
 		},
 		{
 			name: "critical XID during the watch",

@@ -81,12 +81,7 @@ func (d *device) setFuncs() {
 		toCChars(p.BusId[:], d.addr.nvmlBusID())
 		return p, nvml.SUCCESS
 	}
-	d.GetNumaNodeIdFunc = func() (int, nvml.Return) {
-		if d.gpu.NUMANode < 0 {
-			return 0, nvml.ERROR_NOT_SUPPORTED
-		}
-		return d.gpu.NUMANode, nvml.SUCCESS
-	}
+	// GetNumaNodeId: setCapabilityFuncs (capabilities.go).
 	d.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {
 		d.srv.mu.Lock()
 		defer d.srv.mu.Unlock()

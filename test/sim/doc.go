@@ -47,7 +47,9 @@
 // GetArchitecture, GetCudaComputeCapability, GetIndex, GetMinorNumber,
 // GetSerial, GetBoardPartNumber, GetMemoryInfo(_v2), GetPciInfo (busId
 // "00000000:1B:00.0", busIdLegacy "0000:1B:00.0"), GetPciInfoExt,
-// GetNumaNodeId, Get/SetComputeMode, IsMigDeviceHandle, and the MIG calls
+// GetNumaNodeId (NOT_SUPPORTED, as on x86 servers, unless the model's
+// nvml: mapping says otherwise; the PCI device's node is PCINUMANode, what
+// sysfs shows), Get/SetComputeMode, IsMigDeviceHandle, and the MIG calls
 // below. Interface methods of the form DeviceXxx(device, ...) call the
 // device's Xxx, as in the real library. Every other call answers
 // nvml.ERROR_NOT_SUPPORTED (and zero values) instead of panicking.
@@ -92,6 +94,16 @@
 // Server.PersistTo keeps the MIG state (MIG mode, GPU and compute
 // instances, MIG UUIDs) in a file, so that a restarted process finds the MIG
 // devices a real GPU would still have.
+//
+// # Platform capabilities
+//
+// capabilities.go: a model's optional nvml: mapping says where its NVML
+// answers differ from a discrete GPU's in an x86 server: numaNodeId
+// (gpu-memory on Grace), unifiedMemory (GetMemoryInfo NOT_SUPPORTED) and
+// migProfileErrors (GetGpuInstanceProfileInfo or
+// GetGpuInstancePossiblePlacements failing for chosen profiles). The
+// simulator is never kinder than real NVML; docs/nvml-fidelity.md lists
+// what each call answers, and TestFidelityDoc checks it.
 //
 // # NVLink
 //

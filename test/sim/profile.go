@@ -73,6 +73,9 @@ type Model struct {
 	Power *PowerRange
 	// SMClock is nil when the model does not describe its SM clocks.
 	SMClock *ClockRange
+	// NVML is where the model's NVML answers differ from a discrete x86
+	// GPU's (the model's `nvml:` mapping, capabilities.go).
+	NVML NVMLCapabilities
 }
 
 // PowerRange is a model's power draw: idle and the enforced limit (TDP).

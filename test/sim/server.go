@@ -75,6 +75,7 @@ func NewServer(p *Profile, nodeName string) *Server {
 	s.installGPM()
 	for _, d := range s.devices {
 		d.setTelemetryFuncs()
+		d.setCapabilityFuncs()
 	}
 	for _, d := range s.devices {
 		finishHandle(&d.Device, d)

@@ -72,6 +72,9 @@ type modelSpec struct {
 	IdlePowerWatts  int `json:"idlePowerWatts"`
 	MaxSMClockMHz   int `json:"maxSMClockMHz"`
 	IdleSMClockMHz  int `json:"idleSMClockMHz"`
+	// NVML is where the model's NVML answers differ from a discrete x86
+	// GPU's (capabilities.go).
+	NVML *nvmlSpec `json:"nvml"`
 }
 
 // migSpec is the MIG geometry of a model.

@@ -1,7 +1,7 @@
 // Package visiblegpus works out which NVIDIA GPUs a container can see, from
 // inside it, without NVML: the /dev/nvidia<N> device nodes it has, the
-// variables the gpudra CDI specs set (GPUDRA_GPU_<minor>, GPUDRA_MIG_...,
-// NVIDIA_VISIBLE_DEVICES) and, where the driver's /proc files are visible,
+// variables the gpudra CDI specs set (GPUDRA_GPU_<minor>, GPUDRA_MIG_...)
+// and, where the driver's /proc files are visible,
 // the GPUs' product names. test/cmd/gpudra-gpus prints the result like
 // `nvidia-smi -L` for the workload image of the local cluster.
 package visiblegpus
@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 )
 
@@ -61,9 +60,8 @@ type Inputs struct {
 
 // Result lists the visible GPUs and what did not add up.
 type Result struct {
-	GPUs      []GPU
-	Selection Selection
-	Env       Env
+	GPUs []GPU
+	Env  Env
 	// Warnings describe inconsistencies, e.g. a variable naming a GPU
 	// whose device node is missing.
 	Warnings []string
@@ -77,12 +75,7 @@ var ErrNoGPU = errors.New("no GPU visible in this container")
 // GPU without its device node cannot be used, whatever variables say.
 func Discover(in Inputs) (*Result, error) {
 	env := ParseEnv(in.Environ)
-	visible, visibleSet := lookup(in.Environ, "NVIDIA_VISIBLE_DEVICES")
-	sel, err := ParseVisibleDevices(visible, visibleSet)
-	if err != nil {
-		return nil, err
-	}
-	r := &Result{Selection: sel, Env: env}
+	r := &Result{Env: env}
 	minors := gpuMinors(in.DevNodes)
 	procByMinor, procByUUID := map[int]ProcGPU{}, map[string]ProcGPU{}
 	for _, p := range in.Proc {
@@ -126,10 +119,9 @@ func Discover(in Inputs) (*Result, error) {
 		}
 	}
 	r.addMIG(env.MIG, byMinor, len(in.CapNodes) > 0)
-	r.checkSelection()
 	if len(r.GPUs) == 0 {
-		return r, fmt.Errorf("%w: no /dev/nvidia<N> device node (NVIDIA_VISIBLE_DEVICES %s; %d GPUDRA_GPU_* and %d GPUDRA_MIG_* variables)",
-			ErrNoGPU, describeSelection(sel), len(env.GPUs), len(env.MIG))
+		return r, fmt.Errorf("%w: no /dev/nvidia<N> device node (%d GPUDRA_GPU_* and %d GPUDRA_MIG_* variables)",
+			ErrNoGPU, len(env.GPUs), len(env.MIG))
 	}
 	return r, nil
 }
@@ -164,33 +156,6 @@ func (r *Result) addMIG(migs []EnvMIG, byMinor map[int]*GPU, hasCaps bool) {
 	}
 }
 
-// checkSelection warns about NVIDIA_VISIBLE_DEVICES UUIDs that match no
-// visible GPU or MIG device. (Several claims in one container each set the
-// variable; the runtime keeps one, so visible devices it does not list are
-// normal.) Indices are not checked: only the nvidia container runtime maps
-// them to devices.
-func (r *Result) checkSelection() {
-	known := map[string]bool{}
-	for _, g := range r.GPUs {
-		known[g.UUID] = true
-		for _, m := range g.MIG {
-			known[m.UUID] = true
-		}
-	}
-	for _, u := range r.Selection.UUIDs {
-		if !known[u] {
-			r.warn("NVIDIA_VISIBLE_DEVICES lists %s, but no visible device node belongs to it", u)
-		}
-	}
-}
-
-func describeSelection(s Selection) string {
-	if s.Kind == Unset {
-		return "is not set"
-	}
-	return strconv.Quote(s.Raw)
-}
-
 // gpuMinors returns the N of the nvidia<N> names, sorted.
 func gpuMinors(names []string) []int {
 	var minors []int
@@ -207,17 +172,6 @@ func gpuMinors(names []string) []int {
 	}
 	sort.Ints(minors)
 	return minors
-}
-
-func lookup(environ []string, key string) (string, bool) {
-	var value string
-	var found bool
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
-			value, found = v, true // the last one wins, as with getenv
-		}
-	}
-	return value, found
 }
 
 // Format writes the GPUs like `nvidia-smi -L`:

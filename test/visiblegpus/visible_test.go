@@ -11,38 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestParseVisibleDevices(t *testing.T) {
-	for name, tc := range map[string]struct {
-		value   string
-		set     bool
-		want    Selection
-		wantErr string
-	}{
-		"unset": {"", false, Selection{Kind: Unset}, ""},
-		"empty": {"", true, Selection{Kind: Empty}, ""},
-		"all":   {"all", true, Selection{Kind: All, Raw: "all"}, ""},
-		"none":  {"none", true, Selection{Kind: None, Raw: "none"}, ""},
-		"void":  {" void ", true, Selection{Kind: Void, Raw: " void "}, ""},
-		"uuids": {"GPU-1a2b,MIG-3c4d", true, Selection{Kind: List, Raw: "GPU-1a2b,MIG-3c4d", UUIDs: []string{"GPU-1a2b", "MIG-3c4d"}}, ""},
-		"legacy MIG uuid": {"MIG-GPU-1a2b/1/0", true,
-			Selection{Kind: List, Raw: "MIG-GPU-1a2b/1/0", UUIDs: []string{"MIG-GPU-1a2b/1/0"}}, ""},
-		"indices": {"0, 2,1:0", true, Selection{Kind: List, Raw: "0, 2,1:0", Indices: []string{"0", "2", "1:0"}}, ""},
-		"mixed":   {"GPU-a,,3", true, Selection{Kind: List, Raw: "GPU-a,,3", UUIDs: []string{"GPU-a"}, Indices: []string{"3"}}, ""},
-		"garbage": {"GPU-a,gpu0", true, Selection{}, `"gpu0" is neither`},
-		"spaces":  {"GPU-a b", true, Selection{}, "neither"},
-	} {
-		got, err := ParseVisibleDevices(tc.value, tc.set)
-		if tc.wantErr != "" {
-			if assert.Error(t, err, name) {
-				assert.Contains(t, err.Error(), tc.wantErr, name)
-			}
-			continue
-		}
-		require.NoError(t, err, name)
-		assert.Equal(t, tc.want, got, name)
-	}
-}
-
 func TestParseEnv(t *testing.T) {
 	none := func() map[int]string { return map[int]string{} }
 	for name, tc := range map[string]struct {
@@ -53,7 +21,7 @@ func TestParseEnv(t *testing.T) {
 		"gpus": {[]string{"GPUDRA_GPU_3=GPU-c", "GPUDRA_GPU_0=GPU-a", "GPUDRA_GPU_1=", "GPUDRA_GPU_X=GPU-x", "GPUDRA_GPU_2_PRODUCT=H100",
 			"GPUDRA_GPU_3_PRODUCT=", "GPUDRA_GPU_X_PRODUCT=L4"},
 			Env{GPUs: map[int]string{3: "GPU-c", 0: "GPU-a"}, Parents: none(), Products: map[int]string{2: "H100"}}},
-		"mig": {[]string{"GPUDRA_MIG_4_2_0=MIG-b", "GPUDRA_MIG_4_1=MIG-x", "NVIDIA_VISIBLE_DEVICES=MIG-b"},
+		"mig": {[]string{"GPUDRA_MIG_4_2_0=MIG-b", "GPUDRA_MIG_4_1=MIG-x"},
 			Env{GPUs: none(), Parents: none(), Products: none(), MIG: []EnvMIG{{Minor: 4, GI: 2, CI: 0, UUID: "MIG-b"}}}},
 		"mig with profile and parent": {[]string{"GPUDRA_MIG_4_2_0_PROFILE=1g.10gb+me", "GPUDRA_MIG_4_2_0=MIG-b", "GPUDRA_MIG_4_3_0=MIG-c",
 			"GPUDRA_MIG_4_PARENT=GPU-p", "GPUDRA_MIG_5_1_0_PROFILE=2g.20gb", "GPUDRA_MIG_4_PROFILE=x"},
@@ -110,11 +78,11 @@ func TestDiscover(t *testing.T) {
 		wantNoGPUErr bool
 	}{
 		"one GPU, simulated: no product name": {
-			in:   Inputs{Environ: []string{"NVIDIA_VISIBLE_DEVICES=GPU-s3", "GPUDRA_GPU_3=GPU-s3"}, DevNodes: append(control, "nvidia3")},
+			in:   Inputs{Environ: []string{"GPUDRA_GPU_3=GPU-s3"}, DevNodes: append(control, "nvidia3")},
 			want: "GPU 0: unknown product (UUID: GPU-s3)\n",
 		},
 		"two GPUs numbered by minor, products from /proc": {
-			in: Inputs{Environ: []string{"NVIDIA_VISIBLE_DEVICES=GPU-h1,GPU-x", "GPUDRA_GPU_1=GPU-h1", "GPUDRA_GPU_0=GPU-x"},
+			in: Inputs{Environ: []string{"GPUDRA_GPU_1=GPU-h1", "GPUDRA_GPU_0=GPU-x"},
 				DevNodes: append(control, "nvidia1", "nvidia0"), Proc: []ProcGPU{h100, a100}},
 			want: "GPU 0: unknown product (UUID: GPU-x)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-h1)\n",
 		},
@@ -123,7 +91,7 @@ func TestDiscover(t *testing.T) {
 			want: "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-h1)\n",
 		},
 		"MIG devices under their GPU, by GI and CI": {
-			in: Inputs{Environ: []string{"NVIDIA_VISIBLE_DEVICES=MIG-2", "GPUDRA_MIG_4_5_0=MIG-2", "GPUDRA_MIG_4_3_1=MIG-1"},
+			in: Inputs{Environ: []string{"GPUDRA_MIG_4_5_0=MIG-2", "GPUDRA_MIG_4_3_1=MIG-1"},
 				DevNodes: append(control, "nvidia4"), CapNodes: []string{"nvidia-cap1", "nvidia-cap2"}, Proc: []ProcGPU{a100}},
 			want: "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-a4)\n  MIG Device 0: GI 3 CI 1 (UUID: MIG-1)\n  MIG Device 1: GI 5 CI 0 (UUID: MIG-2)\n",
 		},
@@ -132,7 +100,7 @@ func TestDiscover(t *testing.T) {
 			want: "GPU 0: NVIDIA L4 (UUID: GPU-s3)\n",
 		},
 		"MIG devices like nvidia-smi -L: profile, parent and product from the CDI variables": {
-			in: Inputs{Environ: []string{"NVIDIA_VISIBLE_DEVICES=MIG-2,MIG-1", "GPUDRA_MIG_2_5_0=MIG-2", "GPUDRA_MIG_2_5_0_PROFILE=1g.10gb",
+			in: Inputs{Environ: []string{"GPUDRA_MIG_2_5_0=MIG-2", "GPUDRA_MIG_2_5_0_PROFILE=1g.10gb",
 				"GPUDRA_MIG_2_3_0=MIG-1", "GPUDRA_MIG_2_3_0_PROFILE=3g.40gb", "GPUDRA_MIG_2_PARENT=GPU-a2",
 				"GPUDRA_GPU_2_PRODUCT=NVIDIA A100-SXM4-40GB"},
 				DevNodes: append(control, "nvidia2"), CapNodes: []string{"nvidia-cap1", "nvidia-cap2"}},
@@ -146,30 +114,28 @@ func TestDiscover(t *testing.T) {
 			warnings: []string{"GPUDRA_MIG_0_1_0=MIG-9, but /dev/nvidia-caps has no capability nodes: that MIG device cannot be used"},
 		},
 		"inconsistencies are warnings": {
-			in: Inputs{Environ: []string{"NVIDIA_VISIBLE_DEVICES=GPU-h1,GPU-gone", "GPUDRA_GPU_1=GPU-other", "GPUDRA_GPU_7=GPU-gone",
+			in: Inputs{Environ: []string{"GPUDRA_GPU_1=GPU-other", "GPUDRA_GPU_7=GPU-gone",
 				"GPUDRA_MIG_8_1_0=MIG-gone"}, DevNodes: []string{"nvidia1"}, CapNodes: []string{"nvidia-cap1"}, Proc: []ProcGPU{h100}},
 			want: "GPU 0: unknown product (UUID: GPU-other)\n",
 			warnings: []string{
 				"GPUDRA_GPU_1=GPU-other, but the driver's /proc file of minor 1 says GPU-h1",
 				"GPUDRA_GPU_7=GPU-gone, but /dev/nvidia7 is missing: that GPU cannot be used",
 				"GPUDRA_MIG_8_1_0=MIG-gone, but its GPU's /dev/nvidia8 is missing: that MIG device cannot be used",
-				"NVIDIA_VISIBLE_DEVICES lists GPU-h1, but no visible device node belongs to it",
-				"NVIDIA_VISIBLE_DEVICES lists GPU-gone, but no visible device node belongs to it",
 			},
 		},
 		"no GPU: only control nodes": {
-			in:           Inputs{Environ: []string{"NVIDIA_VISIBLE_DEVICES=void"}, DevNodes: control},
-			wantErr:      `no /dev/nvidia<N> device node (NVIDIA_VISIBLE_DEVICES "void"; 0 GPUDRA_GPU_* and 0 GPUDRA_MIG_* variables)`,
+			in:           Inputs{DevNodes: control},
+			wantErr:      `no /dev/nvidia<N> device node (0 GPUDRA_GPU_* and 0 GPUDRA_MIG_* variables)`,
 			wantNoGPUErr: true,
 		},
 		"no GPU: the variables alone are not enough": {
 			in:           Inputs{Environ: []string{"GPUDRA_GPU_0=GPU-a"}, Proc: []ProcGPU{h100}},
-			wantErr:      "NVIDIA_VISIBLE_DEVICES is not set; 1 GPUDRA_GPU_* and 0 GPUDRA_MIG_*",
+			wantErr:      "(1 GPUDRA_GPU_* and 0 GPUDRA_MIG_*",
 			wantNoGPUErr: true,
 		},
-		"bad NVIDIA_VISIBLE_DEVICES": {
-			in:      Inputs{Environ: []string{"NVIDIA_VISIBLE_DEVICES=gpu0"}, DevNodes: []string{"nvidia0"}},
-			wantErr: "neither",
+		"NVIDIA_VISIBLE_DEVICES is not read": {
+			in:   Inputs{Environ: []string{"NVIDIA_VISIBLE_DEVICES=gpu0", "GPUDRA_GPU_0=GPU-a"}, DevNodes: []string{"nvidia0"}},
+			want: "GPU 0: unknown product (UUID: GPU-a)\n",
 		},
 	} {
 		r, err := Discover(tc.in)

@@ -60,6 +60,11 @@ func NewNvcdiEdits(ctx context.Context, lib nvml.Interface, opts NvcdiOptions) (
 		nvcdi.WithMode(nvcdi.ModeNvml),
 		nvcdi.WithDriverRoot(opts.DriverRoot),
 		nvcdi.WithDevRoot(devRoot),
+		// As NVIDIA's DRA driver does ("fixes device injection"): without
+		// the flag nvcdi loads the driver root's libnvidia-sandboxutils and
+		// lets it pick the device nodes and files instead of its own
+		// discovery.
+		nvcdi.WithFeatureFlags(nvcdi.FeatureDisableNvsandboxUtils),
 	}
 	if opts.HookPath != "" {
 		nopts = append(nopts, nvcdi.WithNVIDIACDIHookPath(opts.HookPath))

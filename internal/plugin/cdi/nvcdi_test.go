@@ -117,6 +117,24 @@ func TestNvcdiLogsThroughKlog(t *testing.T) {
 	require.Regexp(t, `(?m)^I.*\] "Selecting .* as .*" logger="nvcdi" level="info"$`, got)
 }
 
+// TestNvcdiProductionFlags: the production options disable
+// nvsandboxutils, as NVIDIA's DRA driver does. With it enabled, nvcdi looks
+// for libnvidia-sandboxutils.so.1 under the driver root (and warns when
+// the root, like this fake one, has none).
+func TestNvcdiProductionFlags(t *testing.T) {
+	seen, srv, node := nvcdiFixture(t)
+	var buf bytes.Buffer
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(7), textlogger.Output(&buf)))
+	n, err := NewNvcdiEdits(klog.NewContext(t.Context(), logger), srv, NvcdiOptions{DriverRoot: seen})
+	require.NoError(t, err)
+	_, err = NewCachedEdits(n, node.GPUs)
+	require.NoError(t, err)
+	require.Contains(t, buf.String(), `logger="nvcdi"`, "nvcdi logs through this logger")
+	for _, line := range strings.Split(buf.String(), "\n") {
+		require.NotContains(t, line, "libnvidia-sandboxutils", "nvcdi never looks for libnvidia-sandboxutils")
+	}
+}
+
 // captureStderr sends file descriptor 2 (where logrus's standard logger
 // writes, whatever os.Stderr is) to a file until the returned function,
 // which restores it and returns what was written, is called.

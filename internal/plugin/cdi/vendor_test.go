@@ -19,7 +19,7 @@ func TestVendorWriter(t *testing.T) {
 	nv, err := NewVendorWriter(dir, "k8s.gpu.nvidia.com", edits)
 	require.NoError(t, err)
 
-	dev := []ClaimDevice{{DeviceName: "gpu-0", GPU: &gpus[0], VisibleUUIDs: []string{gpus[0].UUID}}}
+	dev := []ClaimDevice{{DeviceName: "gpu-0", GPU: &gpus[0], RequestUUIDs: []string{gpus[0].UUID}}}
 	ids, err := nv.WriteClaim(uid, dev)
 	require.NoError(t, err)
 	require.Equal(t, "k8s.gpu.nvidia.com/claim="+uid+"-gpu-0", ids["gpu-0"])

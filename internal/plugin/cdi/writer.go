@@ -38,9 +38,13 @@ type ClaimDevice struct {
 	// DeviceName is the name in the ResourceSlice, e.g. "gpu-3".
 	DeviceName string
 	GPU        *model.GPU
-	// VisibleUUIDs is what NVIDIA_VISIBLE_DEVICES lists for this device:
-	// the GPUs allocated for the same request(s) of the claim.
-	VisibleUUIDs []string
+	// RequestUUIDs are the GPUs allocated for the same request(s) of the
+	// claim, in order: the device ordinals of the MPS memory limits. No
+	// environment variable lists them: NVIDIA_VISIBLE_DEVICES is not set (a
+	// node whose default runtime is nvidia-container-runtime in legacy
+	// mode would inject the GPUs a second time, and with devices of two
+	// claims in one container the last variable wins).
+	RequestUUIDs []string
 	// Env holds extra "KEY=value" entries (from the claim's config).
 	Env []string
 	// MIG is set for a MIG device of GPU.
@@ -149,9 +153,7 @@ func (w *Writer) Spec(claimUID string, devices []ClaimDevice) (*cdispec.Spec, er
 				return nil, err
 			}
 		}
-		e.Env = append(append(append([]string{
-			"NVIDIA_VISIBLE_DEVICES=" + strings.Join(d.VisibleUUIDs, ","),
-		}, own...), edits.Env...), d.Env...)
+		e.Env = append(append(own, edits.Env...), d.Env...)
 		e.Mounts = append(append([]*cdispec.Mount{}, edits.Mounts...), d.Mounts...)
 		if len(e.Mounts) == 0 {
 			e.Mounts = nil

@@ -56,31 +56,30 @@ func TestWriteClaimIsValidCDI(t *testing.T) {
 	}{
 		{
 			name:      "one GPU",
-			devices:   []ClaimDevice{{DeviceName: "gpu-0", GPU: &gpus[0], VisibleUUIDs: []string{gpus[0].UUID}}},
+			devices:   []ClaimDevice{{DeviceName: "gpu-0", GPU: &gpus[0], RequestUUIDs: []string{gpus[0].UUID}}},
 			inject:    []string{DeviceID(uid, "gpu-0")},
 			wantNodes: []string{"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"},
-			wantEnv:   []string{"NVIDIA_VISIBLE_DEVICES=" + gpus[0].UUID, "GPUDRA_GPU_0=" + gpus[0].UUID},
+			wantEnv:   []string{"GPUDRA_GPU_0=" + gpus[0].UUID},
 		},
 		{
 			name: "two GPUs, container gets both",
 			devices: []ClaimDevice{
-				{DeviceName: "gpu-0", GPU: &gpus[0], VisibleUUIDs: []string{gpus[0].UUID, gpus[1].UUID}},
-				{DeviceName: "gpu-3", GPU: &gpus[1], VisibleUUIDs: []string{gpus[0].UUID, gpus[1].UUID}, Env: []string{"GPUDRA_SHARING_STRATEGY=TimeSlicing"}},
+				{DeviceName: "gpu-0", GPU: &gpus[0], RequestUUIDs: []string{gpus[0].UUID, gpus[1].UUID}},
+				{DeviceName: "gpu-3", GPU: &gpus[1], RequestUUIDs: []string{gpus[0].UUID, gpus[1].UUID}, Env: []string{"GPUDRA_SHARING_STRATEGY=TimeSlicing"}},
 			},
 			inject:    []string{DeviceID(uid, "gpu-0"), DeviceID(uid, "gpu-3")},
 			wantNodes: []string{"/dev/nvidia0", "/dev/nvidia3", "/dev/nvidiactl"},
-			wantEnv: []string{"NVIDIA_VISIBLE_DEVICES=" + gpus[0].UUID + "," + gpus[1].UUID,
-				"GPUDRA_GPU_0=" + gpus[0].UUID, "GPUDRA_GPU_3=" + gpus[1].UUID, "GPUDRA_SHARING_STRATEGY=TimeSlicing"},
+			wantEnv:   []string{"GPUDRA_GPU_0=" + gpus[0].UUID, "GPUDRA_GPU_3=" + gpus[1].UUID, "GPUDRA_SHARING_STRATEGY=TimeSlicing"},
 		},
 		{
 			name: "two GPUs, container gets one",
 			devices: []ClaimDevice{
-				{DeviceName: "gpu-0", GPU: &gpus[0], VisibleUUIDs: []string{gpus[0].UUID}},
-				{DeviceName: "gpu-3", GPU: &gpus[1], VisibleUUIDs: []string{gpus[1].UUID}},
+				{DeviceName: "gpu-0", GPU: &gpus[0], RequestUUIDs: []string{gpus[0].UUID}},
+				{DeviceName: "gpu-3", GPU: &gpus[1], RequestUUIDs: []string{gpus[1].UUID}},
 			},
 			inject:      []string{DeviceID(uid, "gpu-3")},
 			wantNodes:   []string{"/dev/nvidia3", "/dev/nvidiactl"},
-			wantEnv:     []string{"NVIDIA_VISIBLE_DEVICES=" + gpus[1].UUID},
+			wantEnv:     []string{"GPUDRA_GPU_3=" + gpus[1].UUID},
 			wantMissing: []string{"/dev/nvidia0"},
 		},
 	}
@@ -106,6 +105,10 @@ func TestWriteClaimIsValidCDI(t *testing.T) {
 			for _, want := range tc.wantEnv {
 				require.Contains(t, spec.Process.Env, want)
 			}
+			for _, kv := range spec.Process.Env {
+				require.False(t, strings.HasPrefix(kv, "NVIDIA_VISIBLE_DEVICES="),
+					"NVIDIA_VISIBLE_DEVICES is set for no GPU (as by NVIDIA's driver): %s", kv)
+			}
 			// The runtime also gets cgroup access to every injected node.
 			require.NotEmpty(t, spec.Linux.Resources.Devices)
 		})
@@ -114,7 +117,7 @@ func TestWriteClaimIsValidCDI(t *testing.T) {
 
 func TestSpecFileNotWorldWritable(t *testing.T) {
 	w := newWriter(t)
-	_, err := w.WriteClaim(uid, []ClaimDevice{{DeviceName: "gpu-0", GPU: &gpus[0], VisibleUUIDs: []string{gpus[0].UUID}}})
+	_, err := w.WriteClaim(uid, []ClaimDevice{{DeviceName: "gpu-0", GPU: &gpus[0], RequestUUIDs: []string{gpus[0].UUID}}})
 	require.NoError(t, err)
 	fi, err := os.Stat(w.SpecPath(uid))
 	require.NoError(t, err)

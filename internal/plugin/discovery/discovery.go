@@ -13,7 +13,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/klog/v2"
 
-	"github.com/gpudra/gpudra/internal/plugin/mig"
 	"github.com/gpudra/gpudra/internal/plugin/model"
 )
 
@@ -27,7 +26,8 @@ type PCIeRootResolver interface {
 // Options tune discovery.
 type Options struct {
 	// SysfsRoot, when set, is the root under which /sys is read to find the
-	// PCIe root complex of real GPUs (for tests or a host mounted elsewhere).
+	// PCIe root complex and NUMA node of real GPUs (for tests or a host
+	// mounted elsewhere).
 	SysfsRoot string
 }
 
@@ -58,13 +58,14 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		return nil, nvmlError("get device count", ret)
 	}
 	resolver, _ := lib.(PCIeRootResolver)
+	numaResolver, _ := lib.(NUMANodeResolver)
 	handles := make([]nvml.Device, 0, count)
 	for i := 0; i < count; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
 		var gpu model.GPU
 		var err error
 		if ret == nvml.SUCCESS {
-			gpu, err = describe(dev, i)
+			gpu, err = describe(ctx, dev, i)
 		} else {
 			dev, err = nil, nvmlError(fmt.Sprintf("get handle of GPU %d", i), ret)
 		}
@@ -79,6 +80,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 			continue
 		}
 		gpu.PCIeRoot = pcieRoot(ctx, gpu.PCIBusID, resolver, opts)
+		gpu.NUMANode = numaNode(ctx, gpu.PCIBusID, numaResolver, opts)
 		logger.V(4).Info("Discovered GPU", "index", gpu.Index, "minor", gpu.Minor, "uuid", gpu.UUID,
 			"product", gpu.ProductName, "pciBusID", gpu.PCIBusID, "pcieRoot", gpu.PCIeRoot, "migEnabled", gpu.MIGEnabled)
 		node.GPUs = append(node.GPUs, gpu)
@@ -88,7 +90,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 	return node, nil
 }
 
-func describe(dev nvml.Device, index int) (model.GPU, error) {
+func describe(ctx context.Context, dev nvml.Device, index int) (model.GPU, error) {
 	gpu := model.GPU{Index: index}
 	var ret nvml.Return
 	if gpu.UUID, ret = dev.GetUUID(); ret != nvml.SUCCESS {
@@ -115,11 +117,15 @@ func describe(dev nvml.Device, index int) (model.GPU, error) {
 		return gpu, nvmlError("get CUDA compute capability", ret)
 	}
 	gpu.CUDAComputeCapability = fmt.Sprintf("%d.%d", major, minor)
-	mem, ret := dev.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
+	// Unified-memory GPUs answer NOT_SUPPORTED: the GPU is published
+	// without a memory capacity (MemoryBytes 0), as NVIDIA's driver does.
+	switch mem, ret := dev.GetMemoryInfo(); ret {
+	case nvml.SUCCESS:
+		gpu.MemoryBytes = mem.Total
+	case nvml.ERROR_NOT_SUPPORTED:
+	default:
 		return gpu, nvmlError("get memory info", ret)
 	}
-	gpu.MemoryBytes = mem.Total
 	pci, ret := dev.GetPciInfo()
 	if ret != nvml.SUCCESS {
 		return gpu, nvmlError("get PCI info", ret)
@@ -129,9 +135,6 @@ func describe(dev nvml.Device, index int) (model.GPU, error) {
 		return gpu, err
 	}
 	gpu.PCIBusID = busID
-	if numa, ret := dev.GetNumaNodeId(); ret == nvml.SUCCESS && numa >= 0 {
-		gpu.NUMANode = &numa
-	}
 	// The current ECC mode, not the pending one: a change needs a reset to
 	// take effect. No ECC (NOT_SUPPORTED) is "not enabled".
 	switch ecc, _, ret := dev.GetEccMode(); ret {
@@ -151,15 +154,8 @@ func describe(dev nvml.Device, index int) (model.GPU, error) {
 		return gpu, nvmlError("get MIG mode", ret)
 	}
 	if gpu.MIGCapable {
-		geo, err := mig.Geometry(dev, gpu.MemoryBytes)
-		if err != nil {
+		if err := describeMIG(ctx, dev, &gpu); err != nil {
 			return gpu, err
-		}
-		gpu.MIG = geo
-		if gpu.MIGEnabled {
-			if gpu.MIGDevices, err = mig.Devices(dev, geo); err != nil {
-				return gpu, err
-			}
 		}
 	}
 	return gpu, nil

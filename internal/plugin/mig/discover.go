@@ -31,7 +31,11 @@ func Geometry(dev nvml.Device, totalMemory uint64) (*model.MIGGeometry, error) {
 			return nil, fmt.Errorf("NVML get GPU instance profile %d: %w", idx, ret)
 		}
 		placements, ret := dev.GetGpuInstancePossiblePlacements(&info)
-		if ret != nvml.SUCCESS {
+		switch ret {
+		case nvml.SUCCESS:
+		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
+			continue // listed, but not placeable on this GPU or driver: skipped, as NVIDIA's driver does
+		default:
 			return nil, fmt.Errorf("NVML get placements of GPU instance profile %d: %w", info.Id, ret)
 		}
 		p := model.MIGProfile{

@@ -129,8 +129,8 @@ func (c *claimState) setCDIDeviceIDs(ids map[string]string) {
 	}
 }
 
-// visibleByRequest lists, per request, the UUIDs of its devices.
-func (c *claimState) visibleByRequest() map[string][]string {
+// uuidsByRequest lists, per request, the UUIDs of its devices.
+func (c *claimState) uuidsByRequest() map[string][]string {
 	byRequest := map[string][]string{}
 	for _, d := range c.devices {
 		for _, r := range d.Requests {
@@ -140,9 +140,9 @@ func (c *claimState) visibleByRequest() map[string][]string {
 	return byRequest
 }
 
-// visibleUUIDs are the GPUs of the same request(s) as d: what
-// NVIDIA_VISIBLE_DEVICES shows a container that uses those requests.
-func visibleUUIDs(d device, byRequest map[string][]string) []string {
+// requestUUIDs are the GPUs of the same request(s) as d, in order: the
+// device ordinals of a container that uses those requests.
+func requestUUIDs(d device, byRequest map[string][]string) []string {
 	var visible []string
 	for _, r := range d.Requests {
 		for _, u := range byRequest[r] {
@@ -156,12 +156,12 @@ func visibleUUIDs(d device, byRequest map[string][]string) []string {
 
 // sharingDevices describes the claim's devices to internal/plugin/sharing.
 func (c *claimState) sharingDevices() []sharing.Device {
-	byRequest := c.visibleByRequest()
+	byRequest := c.uuidsByRequest()
 	out := make([]sharing.Device, 0, len(c.devices))
 	for _, d := range c.devices {
 		out = append(out, sharing.Device{
 			Name: d.Name, UUID: d.UUID, Config: d.config,
-			RequestUUIDs: visibleUUIDs(d, byRequest),
+			RequestUUIDs: requestUUIDs(d, byRequest),
 			Share:        d.ShareID != "", ShareMemory: d.ConsumedMemory,
 			MIG: d.MIG != nil,
 		})

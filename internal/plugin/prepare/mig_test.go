@@ -2,6 +2,7 @@ package prepare
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -138,7 +139,8 @@ func TestDynamicMIGPrepareUnprepare(t *testing.T) {
 	require.Equal(t, insts[0].UUID, rec.Devices[0].UUID)
 	require.Equal(t, insts[0].GIID, rec.Devices[0].MIG.GIID)
 	spec := e.spec("uid-a")
-	require.Contains(t, spec, "NVIDIA_VISIBLE_DEVICES="+insts[0].UUID)
+	require.Contains(t, spec, fmt.Sprintf("GPUDRA_MIG_0_%d_%d=%s", insts[0].GIID, insts[0].CIID, insts[0].UUID))
+	require.NotContains(t, spec, "NVIDIA_VISIBLE_DEVICES", "set for no GPU, as by NVIDIA's driver")
 	require.Contains(t, spec, `"/dev/nvidia0"`, "the parent GPU's device node")
 	require.Contains(t, spec, "/dev/nvidia-caps/nvidia-cap", "the MIG capability nodes")
 

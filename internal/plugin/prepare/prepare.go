@@ -208,10 +208,10 @@ func (m *Manager) ensureSpec(rec *checkpoint.ClaimRecord) (bool, error) {
 	return true, nil
 }
 
-// cdiDevices lists, per device, the GPUs of the same request(s): that is what
-// NVIDIA_VISIBLE_DEVICES shows a container that uses those requests.
+// cdiDevices lists, per device, the GPUs of the same request(s) (the
+// device ordinals of the MPS memory limits).
 func (m *Manager) cdiDevices(c *claimState) []cdi.ClaimDevice {
-	byRequest := c.visibleByRequest()
+	byRequest := c.uuidsByRequest()
 	mps := mpsDaemon(c.rec.MPS)
 	out := make([]cdi.ClaimDevice, 0, len(c.devices))
 	for _, d := range c.devices {
@@ -219,7 +219,7 @@ func (m *Manager) cdiDevices(c *claimState) []cdi.ClaimDevice {
 			DeviceName:   d.Name,
 			GPU:          m.gpuOf(*d.Device),
 			MIG:          migInstance(*d.Device),
-			VisibleUUIDs: visibleUUIDs(d, byRequest),
+			RequestUUIDs: requestUUIDs(d, byRequest),
 			Env:          sharingEnv(d.config),
 		}, d.UUID, mps))
 	}

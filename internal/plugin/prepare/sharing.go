@@ -277,7 +277,7 @@ func (m *Manager) restoreSharing(ctx context.Context, c *claimState) (bool, erro
 
 // withSharingEdits adds what reaching the claim's MPS daemon needs.
 func withSharingEdits(d cdi.ClaimDevice, uuid string, mps *sharing.MPSDaemon) cdi.ClaimDevice {
-	env, mounts := sharing.ContainerEdits(mps, uuid, d.VisibleUUIDs)
+	env, mounts := sharing.ContainerEdits(mps, uuid, d.RequestUUIDs)
 	d.Env = append(d.Env, env...)
 	d.Mounts = append(d.Mounts, mounts...)
 	return d

@@ -43,7 +43,7 @@ type Device struct {
 	// Config is the device's effective, validated GpuClaimParameters.
 	Config *v1alpha1.GpuClaimParameters
 	// RequestUUIDs are the GPUs of the same request(s), in the order the
-	// container sees them (NVIDIA_VISIBLE_DEVICES): device ordinals index it.
+	// claim allocated them: device ordinals index it.
 	RequestUUIDs []string
 	// Share is set when the allocation is a consumable-capacity share.
 	Share bool

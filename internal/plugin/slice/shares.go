@@ -37,7 +37,7 @@ func WithConsumableMemory(devices []resourceapi.Device) error {
 		}
 		mem, ok := d.Capacity[CapacityMemory]
 		if !ok {
-			return fmt.Errorf("device %s has no memory capacity to share", d.Name)
+			continue // a unified-memory GPU: no memory size to share out, so exclusive
 		}
 		steps := mem.Value.Value() / ShareStep.Value()
 		if steps < 1 {

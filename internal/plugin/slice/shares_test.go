@@ -139,5 +139,8 @@ func TestWithConsumableMemory(t *testing.T) {
 	tiny := []resourceapi.Device{{Name: "gpu-0", Attributes: typed(slice.DeviceTypeGPU), Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 		slice.CapacityMemory: {Value: resource.MustParse("512Mi")}}}}
 	require.ErrorContains(t, slice.WithConsumableMemory(tiny), "less than one share of 1Gi")
-	require.ErrorContains(t, slice.WithConsumableMemory([]resourceapi.Device{{Name: "gpu-1", Attributes: typed(slice.DeviceTypeGPU)}}), "no memory capacity")
+	// A unified-memory GPU (no memory capacity) is not shared: it stays exclusive.
+	unified := []resourceapi.Device{{Name: "gpu-1", Attributes: typed(slice.DeviceTypeGPU)}}
+	require.NoError(t, slice.WithConsumableMemory(unified))
+	require.Nil(t, unified[0].AllowMultipleAllocations)
 }

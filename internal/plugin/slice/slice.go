@@ -205,12 +205,17 @@ func gpuDevice(node *model.Node, gpu *model.GPU) (resourceapi.Device, error) {
 				gpu.UUID, name, *a.StringValue, resourceapi.DeviceAttributeMaxValueLength)
 		}
 	}
-	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-		CapacityMemory: {Value: *resource.NewQuantity(int64(gpu.MemoryBytes), resource.BinarySI)},
+	// A unified-memory GPU's NVML reports no memory size: no capacity.
+	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
+	if gpu.MemoryBytes > 0 {
+		capacity[CapacityMemory] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(gpu.MemoryBytes), resource.BinarySI)}
 	}
 	if n := len(attrs) + len(capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
 		return resourceapi.Device{}, fmt.Errorf("GPU %s has %d attributes and capacities, the API allows %d",
 			gpu.UUID, n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
+	}
+	if len(capacity) == 0 {
+		capacity = nil
 	}
 	return resourceapi.Device{Name: gpu.DeviceName(), Attributes: attrs, Capacity: capacity}, nil
 }
