@@ -29,9 +29,33 @@ const (
 	// ProcessDir holds the simulated compute processes (sim.Process): the
 	// fake root's nvidia-cdi-hook writes one per container with GPUs.
 	ProcessDir = StateDir + "/processes"
-	LibDir     = "usr/lib/x86_64-linux-gnu"
-	BinDir     = "usr/bin"
+	// LibDir and BinDir are the host layout's (Layouts).
+	LibDir = "usr/lib/x86_64-linux-gnu"
+	BinDir = "usr/bin"
 )
+
+// Layout is where a driver installation keeps its libraries and tools,
+// relative to its root.
+type Layout struct {
+	Name   string
+	LibDir string
+	BinDir string
+	// ForeignLibc: the library directory also holds the host's own C
+	// library (ForeignLibc), as on Debian, Ubuntu and RHEL.
+	ForeignLibc bool
+}
+
+// Layouts are the driver installations a fake root can imitate:
+//   - host: a driver installed on the host (driver root /) or the GPU
+//     Operator's driver container (/run/nvidia/driver), whose root is a
+//     distribution's: libraries beside the C library in
+//     usr/lib/x86_64-linux-gnu, tools in usr/bin.
+//   - gke: GKE's /home/kubernetes/bin/nvidia: libraries in lib64 (only the
+//     driver's), tools in bin.
+var Layouts = map[string]Layout{
+	"host": {Name: "host", LibDir: LibDir, BinDir: BinDir, ForeignLibc: true},
+	"gke":  {Name: "gke", LibDir: "lib64", BinDir: "bin"},
+}
 
 // Names of the fake tools in Options.ToolsDir (built by `make build`).
 const (
@@ -54,6 +78,8 @@ type Options struct {
 	// ToolsDir holds gpudra-fake-nvidia-smi and gpudra-fake-mps-control;
 	// default: the directory of the running executable.
 	ToolsDir string
+	// Layout names one of Layouts; default "host".
+	Layout string
 }
 
 // Config is <root>/etc/gpudra-sim/config.json, read by the simulated
@@ -69,7 +95,7 @@ type Config struct {
 
 // ownedEntries are the top-level entries of a root that Generate writes;
 // everything in them except var/lib/gpudra-sim is replaced on every run.
-var ownedEntries = []string{"dev", "etc", "lib", "proc", "sys", "usr", "var"}
+var ownedEntries = []string{"bin", "dev", "etc", "lib", "lib64", "proc", "sys", "usr", "var"}
 
 // Generate creates the fake driver root opts.Dir, or refreshes an existing
 // one. The simulator state under var/lib/gpudra-sim is kept. Generate must
@@ -99,9 +125,10 @@ func Generate(opts Options) error {
 	w := &writer{root: opts.Dir}
 	w.writeConfig(cfg, profileCopy)
 	w.stateDir()
-	w.libraries(facts.DriverVersion, opts.NVMLLibrary)
+	layout := Layouts[opts.Layout]
+	w.libraries(layout, facts.DriverVersion, opts.NVMLLibrary)
 	w.firmware(facts.DriverVersion)
-	w.binaries(opts.ToolsDir)
+	w.binaries(layout, opts.ToolsDir)
 	w.deviceNodes(facts)
 	w.proc(facts)
 	w.sys(facts)
@@ -112,6 +139,12 @@ func Generate(opts Options) error {
 }
 
 func (o *Options) complete() error {
+	if o.Layout == "" {
+		o.Layout = "host"
+	}
+	if _, ok := Layouts[o.Layout]; !ok {
+		return fmt.Errorf("unknown driver layout %q: want host or gke", o.Layout)
+	}
 	missing := func(what, flag string) error {
 		return fmt.Errorf("no %s given: set %s", what, flag)
 	}

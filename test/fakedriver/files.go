@@ -60,28 +60,31 @@ var FirmwareFiles = []string{"gsp_ga10x.bin", "gsp_tu10x.bin"}
 // Tools maps the names the fake tools get in usr/bin to their builds.
 var Tools = map[string]string{"nvidia-smi": FakeNvidiaSMI, "nvidia-cuda-mps-control": FakeMPSControl}
 
-func (w *writer) libraries(version, nvmlLibrary string) {
+func (w *writer) libraries(layout Layout, version, nvmlLibrary string) {
+	libDir := layout.LibDir
 	nvml := "libnvidia-ml.so." + version
-	w.copyFile(nvmlLibrary, filepath.Join(LibDir, nvml), 0o755)
-	w.symlink(nvml, filepath.Join(LibDir, NVMLSONAME))
+	w.copyFile(nvmlLibrary, filepath.Join(libDir, nvml), 0o755)
+	w.symlink(nvml, filepath.Join(libDir, NVMLSONAME))
 	for _, l := range StubLibraries {
 		name := l.Base + ".so." + version
 		soname := l.SONAME
 		if soname == "" {
 			soname = name
 		}
-		w.file(filepath.Join(LibDir, name), stubELF(soname), 0o755)
+		w.file(filepath.Join(libDir, name), stubELF(soname), 0o755)
 		if soname != name {
-			w.symlink(name, filepath.Join(LibDir, soname))
+			w.symlink(name, filepath.Join(libDir, soname))
 		}
 	}
 	// Installed by the driver because many programs dlopen it by this name.
-	w.symlink("libcuda.so.1", filepath.Join(LibDir, "libcuda.so"))
+	w.symlink("libcuda.so.1", filepath.Join(libDir, "libcuda.so"))
 	// The host's own C library lives beside the driver's libraries (Debian,
 	// Ubuntu, RHEL): one the image's loader cannot use, as when the host's
 	// glibc differs from the image's. A tool started with this directory on
 	// its library path fails here as it would on such a host.
-	w.file(filepath.Join(LibDir, ForeignLibc), stubELF(ForeignLibc), 0o755)
+	if layout.ForeignLibc {
+		w.file(filepath.Join(libDir, ForeignLibc), stubELF(ForeignLibc), 0o755)
+	}
 }
 
 func (w *writer) firmware(version string) {
@@ -90,13 +93,13 @@ func (w *writer) firmware(version string) {
 	}
 }
 
-func (w *writer) binaries(toolsDir string) {
+func (w *writer) binaries(layout Layout, toolsDir string) {
 	for name, tool := range Tools {
-		w.copyFile(filepath.Join(toolsDir, tool), filepath.Join(BinDir, name), 0o755)
+		w.copyFile(filepath.Join(toolsDir, tool), filepath.Join(layout.BinDir, name), 0o755)
 	}
 	for _, name := range StubBinaries {
 		script := "#!/bin/sh\necho \"" + name + ": a stub of a fake driver root (gpudra test/fakedriver); there is no GPU\" >&2\nexit 1\n"
-		w.file(filepath.Join(BinDir, name), []byte(script), 0o755)
+		w.file(filepath.Join(layout.BinDir, name), []byte(script), 0o755)
 	}
 	w.file(RecordHook, []byte(hookScript), 0o755)
 }

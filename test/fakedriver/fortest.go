@@ -97,6 +97,12 @@ func build() (string, error) {
 // local cluster.
 func ForTest(t testing.TB, profile, node string) string {
 	t.Helper()
+	return ForTestLayout(t, profile, node, "host")
+}
+
+// ForTestLayout is ForTest for one of Layouts.
+func ForTestLayout(t testing.TB, profile, node, layout string) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("a fake driver root has device nodes: run the tests as root")
 	}
@@ -106,7 +112,7 @@ func ForTest(t testing.TB, profile, node string) string {
 	}
 	root := filepath.Join(t.TempDir(), "driver-root")
 	if err := Generate(Options{Dir: root, Profile: profile, Node: node,
-		NVMLLibrary: Library(dir), ToolsDir: dir}); err != nil {
+		NVMLLibrary: Library(dir), ToolsDir: dir, Layout: layout}); err != nil {
 		t.Fatalf("generate a fake driver root: %v", err)
 	}
 	t.Setenv(RootEnv, root)

@@ -34,14 +34,24 @@ func StateDir() (string, error) {
 }
 
 // rootStateDir returns <R>/var/lib/gpudra-sim for an executable at
-// <R>/usr/bin/<tool>, if that directory exists.
+// <R>/usr/bin/<tool> (a host's layout) or <R>/bin/<tool> (GKE's), if that
+// directory exists.
 func rootStateDir(exe string) (string, bool) {
 	bin := filepath.Dir(filepath.Clean(exe))
-	usr := filepath.Dir(bin)
-	if filepath.Base(bin) != "bin" || filepath.Base(usr) != "usr" {
+	if filepath.Base(bin) != "bin" {
 		return "", false
 	}
-	dir := filepath.Join(filepath.Dir(usr), RootStateDir)
+	root := filepath.Dir(bin)
+	if filepath.Base(root) == "usr" {
+		if _, ok := rootStateDirOf(filepath.Dir(root)); ok {
+			root = filepath.Dir(root)
+		}
+	}
+	return rootStateDirOf(root)
+}
+
+func rootStateDirOf(root string) (string, bool) {
+	dir := filepath.Join(root, RootStateDir)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return "", false
 	}

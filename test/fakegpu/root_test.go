@@ -34,7 +34,8 @@ func TestRootStateDir(t *testing.T) {
 		{"installed in a root", filepath.Join(root, "usr/bin/nvidia-smi"), filepath.Join(root, RootStateDir)},
 		{"unclean path", root + "//usr/bin/./nvidia-cuda-mps-control", filepath.Join(root, RootStateDir)},
 		{"root without state dir", filepath.Join(bare, "usr/bin/nvidia-smi"), ""},
-		{"not under usr/bin", filepath.Join(root, "bin/nvidia-smi"), ""},
+		{"GKE's layout: <root>/bin", filepath.Join(root, "bin/nvidia-smi"), filepath.Join(root, RootStateDir)},
+		{"not in a bin directory", filepath.Join(root, "sbin/nvidia-smi"), ""},
 		{"usr/local/bin", filepath.Join(root, "usr/local/bin/nvidia-smi"), ""},
 		{"build output", "/work/_output/bin/gpudra-fake-nvidia-smi", ""},
 	}
