@@ -300,14 +300,20 @@ func (s *Server) SetLost(gpuUUID string, lost bool) error {
 // Reset simulates a GPU reset: the GPU answers again (its handles work
 // again, as after a reset the same GPU is found again), no recovery action is
 // pending and the volatile ECC counters start from zero. Aggregate counters
-// persist, as on real GPUs, and so does the MIG mode, but its GPU and
-// compute instances are gone: they do not survive a GPU reset.
+// persist, as on real GPUs, and so does the MIG mode (a pending one, on
+// Ampere, becomes current), but its GPU and compute instances are gone:
+// they do not survive a GPU reset.
 func (s *Server) Reset(gpuUUID string) error {
 	d, err := s.gpuByUUID(gpuUUID)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
+	if d.migPending != d.migMode {
+		// A pending MIG mode (Ampere) takes effect with the reset.
+		d.migMode = d.migPending
+		s.persistLocked()
+	}
 	if len(d.gis) > 0 {
 		for id, gi := range d.gis {
 			for cid, ci := range gi.cis {
