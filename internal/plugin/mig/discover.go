@@ -181,13 +181,24 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // Apply decides per GPU how it is published under mode: GPUs without MIG
-// are always whole (an L4 on a --mig=dynamic node is simply a GPU).
+// are always whole (an L4 on a --mig=dynamic node is simply a GPU). A GPU
+// whose MIG mode only changes with a reset (Ampere, see
+// ToggleWithoutReset) is dynamic only while MIG mode is on, and then
+// without its whole device (model.GPU.MIGModeFixed), as NVIDIA's DRA
+// driver does; with MIG mode off it stays whole.
 func Apply(node *model.Node, mode Mode) {
 	for i := range node.GPUs {
 		g := &node.GPUs[i]
+		g.MIGModeFixed = false
 		switch {
 		case g.MIG == nil || mode == ModeOff:
 			g.Partitioning = model.WholeGPU
+		case mode == ModeDynamic && !ToggleWithoutReset(g.Architecture):
+			if g.MIGEnabled {
+				g.Partitioning, g.MIGModeFixed = model.DynamicMIG, true
+			} else {
+				g.Partitioning = model.WholeGPU
+			}
 		case mode == ModeDynamic:
 			g.Partitioning = model.DynamicMIG
 		case g.MIGEnabled:
@@ -196,6 +207,15 @@ func Apply(node *model.Node, mode Mode) {
 			g.Partitioning = model.WholeGPU
 		}
 	}
+}
+
+// ToggleWithoutReset reports whether a GPU of the architecture (as
+// internal/plugin/discovery names it) switches MIG mode without a GPU
+// reset: Hopper and later do, Ampere does not (nvml.h: SetMigMode "may
+// unbind or reset the device"; NVIDIA's DRA driver: architecture >= Hopper).
+// An architecture this version cannot name counts as needing a reset.
+func ToggleWithoutReset(architecture string) bool {
+	return architecture == "Hopper" || architecture == "Blackwell"
 }
 
 // errNotFound reports NVML's NOT_FOUND (or INVALID_ARGUMENT on a handle that

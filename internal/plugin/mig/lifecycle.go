@@ -261,9 +261,15 @@ func (m *Manager) ReleaseForWholeGPU(parentUUID string, geo *model.MIGGeometry) 
 	return setMode(dev, nvml.DEVICE_MIG_DISABLE)
 }
 
+// ErrModePending marks a MIG mode change that waits for a GPU reset.
+var ErrModePending = errors.New("the MIG mode change is pending until the GPU is reset")
+
 // setMode switches MIG mode if it differs. On Hopper and later the switch
-// needs no GPU reset; on Ampere NVML resets the GPU, which fails while any
-// process has it open.
+// needs no GPU reset. On Ampere it does, and NVML may leave the new mode
+// pending (GetMigMode's second value) until one: MIG mode is never turned
+// off there (the plugin does not publish such a GPU whole, see Apply), and
+// a mode that is only pending is an error wrapping ErrModePending, so that
+// no GPU instance is created on a GPU still out of MIG mode.
 func setMode(dev nvml.Device, mode int) error {
 	cur, _, ret := dev.GetMigMode()
 	if ret != nvml.SUCCESS {
@@ -272,12 +278,22 @@ func setMode(dev nvml.Device, mode int) error {
 	if cur == mode {
 		return nil
 	}
-	ret, activation := dev.SetMigMode(mode)
+	if mode == nvml.DEVICE_MIG_DISABLE {
+		if arch, ret := dev.GetArchitecture(); ret != nvml.SUCCESS || arch < nvml.DEVICE_ARCH_HOPPER || arch == nvml.DEVICE_ARCH_UNKNOWN {
+			return fmt.Errorf("MIG mode is not turned off on a GPU that needs a reset to turn it on again (architecture %d): %w", arch, ErrModePending)
+		}
+	}
+	// go-nvml returns the activation status first.
+	activation, ret := dev.SetMigMode(mode)
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("NVML set MIG mode to %d: %w", mode, ret)
 	}
-	if activation != nvml.SUCCESS {
-		return fmt.Errorf("NVML set MIG mode to %d: activation: %w (the GPU needs a reset: stop the processes using it)", mode, activation)
+	cur, pending, ret := dev.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("NVML get MIG mode after setting it to %d: %w", mode, ret)
+	}
+	if cur != mode {
+		return fmt.Errorf("NVML set MIG mode to %d: current %d, pending %d, activation: %w: %w", mode, cur, pending, activation, ErrModePending)
 	}
 	return nil
 }

@@ -103,8 +103,11 @@ func IsMIGDeviceName(name string) bool { return strings.Contains(name, "-mig-") 
 // CounterSetName names the shared counters of a dynamically partitioned GPU.
 func (g GPU) CounterSetName() string { return deviceNamePrefix + strconv.Itoa(g.Minor) + "-mig" }
 
-// PublishesWhole reports whether the GPU itself is a published device.
-func (g GPU) PublishesWhole() bool { return g.Partitioning != StaticMIG }
+// PublishesWhole reports whether the GPU itself is a published device: not
+// in static MIG mode, nor a dynamic GPU whose MIG mode is fixed.
+func (g GPU) PublishesWhole() bool {
+	return g.Partitioning != StaticMIG && !(g.Partitioning == DynamicMIG && g.MIGModeFixed)
+}
 
 // PublishedMIGProfiles are the profiles whose placements a dynamically
 // partitioned GPU publishes: those of its geometry less the unpublished ones.

@@ -41,6 +41,10 @@ func dynamicNode(t *testing.T, profile string) (*model.Node, *sim.Server, []*res
 	t.Helper()
 	p, err := sim.Load(profile, nil)
 	require.NoError(t, err)
+	for i := range p.GPUs {
+		// An A100 is dynamic only with MIG mode already on (mig.Apply).
+		p.GPUs[i].MIGEnabled = p.GPUs[i].Model.MIG != nil && p.GPUs[i].Model.Architecture == nvml.DEVICE_ARCH_AMPERE
+	}
 	server := sim.NewServer(p, "n1")
 	require.Equal(t, nvml.SUCCESS, server.Init())
 	t.Cleanup(func() { _ = server.Shutdown() })
