@@ -64,18 +64,31 @@ func Geometry(dev nvml.Device, totalMemory uint64) (*model.MIGGeometry, error) {
 	return g, nil
 }
 
-// ProfileName names a GPU instance profile the way nvidia-smi does:
-// "<slices>g.<memory>gb", memory rounded up to eighths of the GPU and
-// scaled to the GPU's memory in whole GiB, plus "+me" for the media
-// extension profiles.
+// ProfileName names a GPU instance profile the way nvidia-smi and go-nvlib
+// (pkg/nvlib/device MigProfileInfo.String) do: "<slices>g.<memory>gb",
+// memory rounded up to eighths of the GPU and scaled to the GPU's memory in
+// whole GiB, plus the suffix of the profile's variant (profileSuffix).
 func ProfileName(nvmlProfile, slices int, memoryMiB, totalMemory uint64) string {
 	totalGiB := math.Ceil(float64(totalMemory) / (1 << 30))
 	eighths := math.Ceil(float64(memoryMiB<<20) / float64(totalMemory) * 8)
-	name := fmt.Sprintf("%dg.%dgb", slices, int(math.Round(eighths/8*totalGiB)))
-	if nvmlProfile == nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1 || nvmlProfile == nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1 {
-		name += "+me"
-	}
-	return name
+	return fmt.Sprintf("%dg.%dgb", slices, int(math.Round(eighths/8*totalGiB))) + profileSuffix[nvmlProfile]
+}
+
+// profileSuffix names the variants of NVML's GPU instance profile indices
+// as go-nvlib does: REV1 has the media extensions ("+me"), ALL_ME all of
+// them ("+me.all"), GFX graphics ("+gfx"), NO_ME none ("-me"). REV2 (a
+// 1-slice profile with two memory slices) and the plain indices have none;
+// the memory in the name tells REV2 apart.
+var profileSuffix = map[int]string{
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1:   "+me",
+	nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:   "+me",
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME: "+me.all",
+	nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME: "+me.all",
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX:    "+gfx",
+	nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX:    "+gfx",
+	nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX:    "+gfx",
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME:  "-me",
+	nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:  "-me",
 }
 
 // Devices lists the MIG devices that exist on a GPU in MIG mode.

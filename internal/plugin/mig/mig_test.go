@@ -1,6 +1,7 @@
 package mig_test
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -230,4 +231,52 @@ func profileOf(t *testing.T, geo *model.MIGGeometry, name string) model.MIGProfi
 	i := slices.IndexFunc(geo.Profiles, func(p model.MIGProfile) bool { return p.Name == name })
 	require.GreaterOrEqual(t, i, 0, name)
 	return geo.Profiles[i]
+}
+
+// TestProfileNames: every NVML profile index variant gets go-nvlib's name
+// (pkg/nvlib/device MigProfileInfo.String), so no two profiles of a GPU
+// share a name, a device name or a profile attribute.
+func TestProfileNames(t *testing.T) {
+	const total = 183359 << 20 // a B200
+	for _, tc := range []struct {
+		idx, slices int
+		memMiB      uint64
+		want        string
+	}{
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 22784, "1g.23gb"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 1, 22784, "1g.23gb+me"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 1, 45568, "1g.45gb"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, 1, 22784, "1g.23gb+gfx"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, 1, 22784, "1g.23gb-me"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, 1, 22784, "1g.23gb+me.all"},
+		{nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1, 2, 45568, "2g.45gb+me"},
+		{nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX, 2, 45568, "2g.45gb+gfx"},
+		{nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME, 2, 45568, "2g.45gb-me"},
+		{nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME, 2, 45568, "2g.45gb+me.all"},
+		{nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX, 4, 91392, "4g.90gb+gfx"},
+		{nvml.GPU_INSTANCE_PROFILE_7_SLICE, 7, 182784, "7g.180gb"},
+	} {
+		require.Equal(t, tc.want, mig.ProfileName(tc.idx, tc.slices, tc.memMiB, total), "profile index %d", tc.idx)
+	}
+	for _, profile := range []string{"hgx-b200", "gh200"} {
+		t.Run(profile, func(t *testing.T) {
+			s := server(t, profile)
+			_, _, geo := gpu0(t, s)
+			names, devices := map[string]bool{}, map[string]bool{}
+			var want []string
+			for _, p := range s.Profile().GPUs[0].Model.MIG.GPUInstanceProfiles {
+				want = append(want, p.Name)
+			}
+			for _, p := range geo.Profiles {
+				require.False(t, names[p.Name], "profile name %s twice", p.Name)
+				names[p.Name] = true
+				for _, start := range p.Placements {
+					d := model.MIGDeviceName(&model.GPU{}, p.Name, start)
+					require.False(t, devices[d], "device name %s twice", d)
+					devices[d] = true
+				}
+			}
+			require.ElementsMatch(t, want, slices.Collect(maps.Keys(names)))
+		})
+	}
 }
