@@ -152,12 +152,22 @@ func (e *eventSet) free() nvml.Return {
 // emitLocked queues an event for every set registered for its type on d.
 // The caller holds b.mu.
 func (b *faultBook) emitLocked(d *device, eventType, data uint64) {
+	b.emitScopedLocked(d, eventType, data, noInstance, noInstance)
+}
+
+// noInstance is the GPU/compute instance ID of an event no instance is
+// responsible for (nvml.h, nvmlEventData_t).
+const noInstance = 0xFFFFFFFF
+
+// emitScopedLocked is emitLocked for an event attributable to GPU instance
+// gi and compute instance ci (noInstance: none).
+func (b *faultBook) emitScopedLocked(d *device, eventType, data uint64, gi, ci uint32) {
 	for set, mask := range b.gpus[d].registrations {
 		if mask&eventType == 0 {
 			continue
 		}
 		ev := nvml.EventData{Device: d, EventType: eventType, EventData: data,
-			GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
+			GpuInstanceId: gi, ComputeInstanceId: ci}
 		select {
 		case set.queue <- ev:
 		default: // queue full: dropped
@@ -242,9 +252,24 @@ func (s *Server) gpuByUUID(id string) (*device, error) {
 // XID event to every event set registered for it, the recovery action the
 // driver would ask for, and for XID 79 (fallen off the bus) a lost GPU.
 func (s *Server) InjectXID(gpuUUID string, xid uint64) error {
+	return s.InjectMIGXID(gpuUUID, xid, noInstance, noInstance)
+}
+
+// InjectMIGXID is InjectXID for an XID attributable to GPU instance gi
+// and compute instance ci of the GPU (ci may be noInstance, 0xFFFFFFFF):
+// the event carries their IDs, as NVML's does with MIG enabled. The GPU
+// instance (and the compute instance, if given) must exist. The recovery
+// action follows the XID as for a GPU-wide one: whether the driver asks
+// less for an XID contained in one instance is not known here.
+func (s *Server) InjectMIGXID(gpuUUID string, xid uint64, gi, ci uint32) error {
 	d, err := s.gpuByUUID(gpuUUID)
 	if err != nil {
 		return err
+	}
+	if gi != noInstance {
+		if err := d.checkInstance(gi, ci); err != nil {
+			return err
+		}
 	}
 	b := s.faults
 	b.mu.Lock()
@@ -261,7 +286,22 @@ func (s *Server) InjectXID(gpuUUID string, xid uint64) error {
 		// Lost before the event is out: whoever reacts to it finds the GPU gone.
 		d.lost.Store(true)
 	}
-	b.emitLocked(d, nvml.EventTypeXidCriticalError, xid)
+	b.emitScopedLocked(d, nvml.EventTypeXidCriticalError, xid, gi, ci)
+	return nil
+}
+
+// checkInstance reports whether GPU instance gi (and compute instance ci,
+// unless noInstance) exists on d.
+func (d *device) checkInstance(gi, ci uint32) error {
+	d.srv.mu.Lock()
+	defer d.srv.mu.Unlock()
+	g, ok := d.gis[gi]
+	if !ok {
+		return fmt.Errorf("GPU %s has no GPU instance %d", d.uuid, gi)
+	}
+	if _, ok := g.cis[ci]; ci != noInstance && !ok {
+		return fmt.Errorf("GPU instance %d of %s has no compute instance %d", gi, d.uuid, ci)
+	}
 	return nil
 }
 
