@@ -82,6 +82,7 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 			} else {
 				changed = g.clear(KeyRecovery) || changed
 				if g.recoveryPending {
+					changed = g.expireMIG(nil, now, hold, true) || changed
 					// The reset (or reboot) the driver asked for happened.
 					g.recoveryPending = false
 					for k, c := range g.conds {
@@ -101,6 +102,7 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 			}
 			g.eccBaseline = ecc
 		}
+		changed = g.expireMIG(dev, now, hold, false) || changed
 		for k, c := range g.conds {
 			if !c.untilRecovered && c.Key != KeyLost && c.Key != KeyRecovery && now.Sub(c.Since) >= hold && !g.recoveryPending {
 				delete(g.conds, k)
