@@ -18,6 +18,10 @@ type device struct {
 	serial string
 	// lost: the GPU fell off the bus (see lost.go).
 	lost atomic.Bool
+	// resetRequired: a lost GPU answers ERROR_RESET_REQUIRED instead.
+	resetRequired atomic.Bool
+	// unbound: handle lookups of the GPU answer ERROR_NOT_FOUND.
+	unbound atomic.Bool
 
 	// Guarded by srv.mu.
 	migMode int

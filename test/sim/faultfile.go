@@ -22,6 +22,8 @@ import (
 //	gpu-0 xid 94 gi 3   # an XID of GPU instance 3 (MIG); "gi 3 ci 0" names a compute instance too
 //	gpu-0 ecc           # a double-bit ECC error
 //	gpu-2 lost          # lost without any event (only the probe notices)
+//	gpu-2 reset-required # every call answers ERROR_RESET_REQUIRED, no event
+//	gpu-2 unbound       # handle lookups answer ERROR_NOT_FOUND, old handles ERROR_GPU_IS_LOST
 //	gpu-1 thermal       # thermal throttling: hot, slow clocks (telemetry.go)
 //
 // A GPU is named gpu-<index> (its device name) or by UUID; '#' starts a
@@ -38,7 +40,7 @@ type FaultFile struct {
 // Fault is one parsed line of a fault file.
 type Fault struct {
 	GPU  string // device name or UUID as written
-	Kind string // "xid", "ecc", "lost" or "thermal"
+	Kind string // "xid", "ecc", "lost", "reset-required", "unbound" or "thermal"
 	XID  uint64
 	// MIG: the GPU and compute instance of a MIG-scoped XID; nil for a
 	// GPU-wide one.
@@ -95,10 +97,11 @@ func ParseFaults(data string) ([]Fault, error) {
 				}
 				f.MIG = &XIDScope{GI: gi, CI: ci}
 			}
-		case len(fields) == 2 && (fields[1] == "ecc" || fields[1] == "lost" || fields[1] == "thermal"):
+		case len(fields) == 2 && (fields[1] == "ecc" || fields[1] == "lost" || fields[1] == "thermal" ||
+			fields[1] == "reset-required" || fields[1] == "unbound"):
 			f.Kind = fields[1]
 		default:
-			return nil, fmt.Errorf("line %d: %q: want '<gpu> xid <n> [gi <id> [ci <id>]]', '<gpu> ecc', '<gpu> lost' or '<gpu> thermal'", n, strings.TrimSpace(line))
+			return nil, fmt.Errorf("line %d: %q: want '<gpu> xid <n> [gi <id> [ci <id>]]', '<gpu> ecc', '<gpu> lost|reset-required|unbound' or '<gpu> thermal'", n, strings.TrimSpace(line))
 		}
 		out = append(out, f)
 	}
@@ -179,6 +182,10 @@ func (ff *FaultFile) Sync() error {
 			err = ff.server.InjectDoubleBitECC(id)
 		case "lost":
 			err = ff.server.SetLost(id, true)
+		case "reset-required":
+			err = ff.server.SetResetRequired(id, true)
+		case "unbound":
+			err = ff.server.SetUnbound(id, true)
 		case "thermal":
 			err = ff.server.SetThermal(id, true)
 		}

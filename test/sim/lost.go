@@ -18,20 +18,33 @@ import (
 // isLost reports whether the GPU fell off the bus.
 func (d *device) isLost() bool { return d.lost.Load() }
 
+// lostReturn is what every call of a lost GPU answers (SUCCESS while it is
+// not lost): ERROR_GPU_IS_LOST, or ERROR_RESET_REQUIRED for a GPU that
+// needs a reset (SetResetRequired).
+func (d *device) lostReturn() nvml.Return {
+	if !d.lost.Load() {
+		return nvml.SUCCESS
+	}
+	if d.resetRequired.Load() {
+		return nvml.ERROR_RESET_REQUIRED
+	}
+	return nvml.ERROR_GPU_IS_LOST
+}
+
 // finishHandle makes every call of a GPU's handle object (the device
 // itself, a GPU or compute instance, a MIG device) fail with
 // ERROR_GPU_IS_LOST while the GPU is lost: the modelled calls are wrapped,
 // the rest get lost-aware defaults. Call it once all modelled XxxFunc
 // fields are set.
 func finishHandle(mockPtr any, d *device) {
-	guardLost(mockPtr, d.isLost)
-	fillUnsetOf(mockPtr, false, d.isLost)
+	guardLost(mockPtr, d.lostReturn)
+	fillUnsetOf(mockPtr, false, d.lostReturn)
 }
 
 // guardLost wraps every set XxxFunc field of the moq struct behind mockPtr:
 // while lost() reports true the call answers zero values and
 // ERROR_GPU_IS_LOST in each nvml.Return result, without calling the model.
-func guardLost(mockPtr any, lost func() bool) {
+func guardLost(mockPtr any, lost func() nvml.Return) {
 	v := reflect.ValueOf(mockPtr).Elem()
 	t := v.Type()
 	for i := range t.NumField() {
@@ -43,8 +56,8 @@ func guardLost(mockPtr any, lost func() bool) {
 		inner := reflect.ValueOf(fv.Interface())
 		ft := f.Type
 		fv.Set(reflect.MakeFunc(ft, func(args []reflect.Value) []reflect.Value {
-			if lost() {
-				return results(ft, nvml.ERROR_GPU_IS_LOST)
+			if ret := lost(); ret != nvml.SUCCESS {
+				return results(ft, ret)
 			}
 			if ft.IsVariadic() {
 				return inner.CallSlice(args)
@@ -54,10 +67,14 @@ func guardLost(mockPtr any, lost func() bool) {
 	}
 }
 
-// lookup returns a handle of d, or ERROR_GPU_IS_LOST while d is lost.
+// lookup returns a handle of d, or what a lost GPU answers while d is lost,
+// or ERROR_NOT_FOUND while it is unbound (SetUnbound).
 func lookup[T nvml.Device](d *device, h T) (nvml.Device, nvml.Return) {
-	if d.isLost() {
-		return nil, nvml.ERROR_GPU_IS_LOST
+	if d.unbound.Load() {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	if ret := d.lostReturn(); ret != nvml.SUCCESS {
+		return nil, ret
 	}
 	return h, nvml.SUCCESS
 }
