@@ -115,31 +115,59 @@ var fullComputeProfile = map[int]int{
 // GPU instance ID: NVML hands a free ID to the next instance created.
 var ErrReplaced = errors.New("the GPU instance ID now belongs to another MIG device")
 
+// ErrGPUNeedsReset marks a MIG device that cannot be destroyed because its
+// GPU is lost (ERROR_GPU_IS_LOST), needs a reset (ERROR_RESET_REQUIRED) or
+// is no longer found by its UUID (ERROR_NOT_FOUND: unbound from the
+// driver). The reset or re-bind such a GPU needs destroys its GPU and
+// compute instances, so the caller may count the device as gone.
+var ErrGPUNeedsReset = errors.New("the GPU is lost or needs a reset, which destroys its MIG devices")
+
+// needsReset reports an NVML answer that only a GPU reset ends.
+func needsReset(ret nvml.Return) bool {
+	return ret == nvml.ERROR_GPU_IS_LOST || ret == nvml.ERROR_RESET_REQUIRED
+}
+
 // Destroy removes the MIG device inst (its GPU instance and compute
 // instances) from the GPU. The GPU instance is looked up by ID and must
 // still be inst: the same profile, placement and MIG device UUID (an inst
 // without UUID stands for a GPU instance without compute instance). A
 // device already gone is not an error; if its ID now names another one,
-// that one is left alone and the error wraps ErrReplaced.
+// that one is left alone and the error wraps ErrReplaced. A GPU that is
+// lost, needs a reset or is not found makes the error wrap
+// ErrGPUNeedsReset (and the NVML code).
 func (m *Manager) Destroy(inst Instance) error {
-	dev, err := m.device(inst.ParentUUID)
-	if err != nil {
-		return err
+	dev, ret := m.lib.DeviceGetHandleByUUID(inst.ParentUUID)
+	switch {
+	case needsReset(ret) || ret == nvml.ERROR_NOT_FOUND:
+		return fmt.Errorf("NVML get GPU %s: %w: %w", inst.ParentUUID, ErrGPUNeedsReset, ret)
+	case ret != nvml.SUCCESS:
+		return fmt.Errorf("NVML get GPU %s: %w", inst.ParentUUID, ret)
 	}
 	gi, ret := dev.GetGpuInstanceById(inst.GIID)
 	switch {
 	case gone(ret) || ret == nvml.ERROR_NOT_SUPPORTED:
 		return nil // no such instance, or MIG mode off: nothing to destroy
+	case needsReset(ret):
+		return fmt.Errorf("NVML get GPU instance %d of %s: %w: %w", inst.GIID, inst.ParentUUID, ErrGPUNeedsReset, ret)
 	case ret != nvml.SUCCESS:
 		return fmt.Errorf("NVML get GPU instance %d of %s: %w", inst.GIID, inst.ParentUUID, ret)
 	}
 	if err := sameInstance(dev, gi, inst); err != nil {
-		return fmt.Errorf("MIG device %s (GPU instance %d of %s): %w", inst.UUID, inst.GIID, inst.ParentUUID, err)
+		return fmt.Errorf("MIG device %s (GPU instance %d of %s): %w", inst.UUID, inst.GIID, inst.ParentUUID, resetErr(err))
 	}
 	if err := destroyGI(gi); err != nil {
-		return fmt.Errorf("destroy GPU instance %d of %s: %w", inst.GIID, inst.ParentUUID, err)
+		return fmt.Errorf("destroy GPU instance %d of %s: %w", inst.GIID, inst.ParentUUID, resetErr(err))
 	}
 	return nil
+}
+
+// resetErr adds ErrGPUNeedsReset to an error that carries an NVML code
+// only a reset ends.
+func resetErr(err error) error {
+	if errors.Is(err, nvml.ERROR_GPU_IS_LOST) || errors.Is(err, nvml.ERROR_RESET_REQUIRED) {
+		return fmt.Errorf("%w: %w", ErrGPUNeedsReset, err)
+	}
+	return err
 }
 
 // sameInstance checks that gi is inst, or says what differs (ErrReplaced).
