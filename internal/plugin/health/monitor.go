@@ -14,8 +14,9 @@
 // Each finding is a Condition on the physical GPU, keyed by taint key.
 // Conditions that require a reset (fatal XIDs, ECC, a recovery action) are
 // cleared once the driver's recovery action, having been pending, reads none
-// again, or, with a driver that reports no recovery action, once the
-// volatile ECC counter falls back; a lost GPU is healthy once it answers;
+// again, or once the volatile ECC counter falls back (the sign of a reset on
+// drivers without the recovery action, and after errors that asked for
+// none); a lost GPU is healthy once it answers;
 // degraded conditions without a recovery action expire after a hold time.
 // MIG devices share the conditions of their parent GPU. Conditions survive
 // restarts of the plugin within one boot (persist.go).

@@ -66,10 +66,11 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 	hold := m.cfg.DegradedHold
 	m.update(ctx, gpu.UUID, func(g *gpuState) bool {
 		changed := false
-		if eccRet == nvml.SUCCESS && ecc < g.eccBaseline && !known {
+		if eccRet == nvml.SUCCESS && ecc < g.eccBaseline {
 			// The volatile counter fell back: the GPU was reset or the
 			// driver reloaded. A driver that reports no recovery action
-			// gives no other sign of a reset.
+			// gives no other sign of a reset, and one that does may never
+			// have asked for one (a contained ECC error asks for none).
 			g.recoveryPending = true
 		}
 		if !known && g.recoveryPending {

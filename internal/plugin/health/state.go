@@ -39,8 +39,9 @@ type Condition struct {
 	Since   time.Time
 	// untilRecovered: cleared once the driver's recovery action, after
 	// having been pending, reads none again (the GPU was reset or the node
-	// rebooted). Without that field the condition stays until the volatile
-	// ECC counter shows a reset (it falls back) or the node reboots.
+	// rebooted), or the volatile ECC counter shows a reset (it falls back;
+	// also with that field, which a contained ECC error leaves at none).
+	// Otherwise the condition stays until the node reboots.
 	untilRecovered bool
 }
 
