@@ -205,6 +205,9 @@ func (d *device) setFaultFuncs(b *faultBook) {
 		return nvml.SUCCESS
 	}
 	d.GetTotalEccErrorsFunc = func(errType nvml.MemoryErrorType, counter nvml.EccCounterType) (uint64, nvml.Return) {
+		if !d.model().ECC || !d.gpu.ECCEnabled {
+			return 0, nvml.ERROR_NOT_SUPPORTED // nvml.h: requires ECC mode to be enabled
+		}
 		g, unlock := state()
 		defer unlock()
 		switch {

@@ -132,3 +132,14 @@ func TestResetRequiredAndUnbound(t *testing.T) {
 		assert.Equal(t, nvml.SUCCESS, ret)
 	}
 }
+
+// TestECCCountersNeedECC: nvml.h, nvmlDeviceGetTotalEccErrors "requires ECC
+// mode to be enabled": a GPU with ECC off (or without ECC) has no counters.
+func TestECCCountersNeedECC(t *testing.T) {
+	s := newServer(t, "mixed", "n1")
+	for i, want := range []nvml.Return{nvml.SUCCESS, nvml.ERROR_NOT_SUPPORTED} { // the second L4 has ECC off
+		d, _ := s.DeviceGetHandleByIndex(i)
+		_, ret := d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+		assert.Equal(t, want, ret, "GPU %d", i)
+	}
+}
