@@ -13,10 +13,9 @@ import (
 // (DeviceGetHandleByIndex, ByUUID, ByPciBusId, BySerial, also of its MIG
 // devices) answers ERROR_GPU_IS_LOST, identity queries (UUID, name, PCI
 // info) included. DeviceGetCount still counts it. Reset or SetLost(false)
-// bring it back: the handles obtained before answer again.
-
-// isLost reports whether the GPU fell off the bus.
-func (d *device) isLost() bool { return d.lost.Load() }
+// bring it back: the handles obtained before answer again. A GPU that needs
+// a reset (SetResetRequired) answers ERROR_RESET_REQUIRED the same way; an
+// unbound one (SetUnbound) is not found by lookups.
 
 // lostReturn is what every call of a lost GPU answers (SUCCESS while it is
 // not lost): ERROR_GPU_IS_LOST, or ERROR_RESET_REQUIRED for a GPU that
@@ -42,8 +41,8 @@ func finishHandle(mockPtr any, d *device) {
 }
 
 // guardLost wraps every set XxxFunc field of the moq struct behind mockPtr:
-// while lost() reports true the call answers zero values and
-// ERROR_GPU_IS_LOST in each nvml.Return result, without calling the model.
+// while lost() answers other than SUCCESS the call answers zero values and
+// that code in each nvml.Return result, without calling the model.
 func guardLost(mockPtr any, lost func() nvml.Return) {
 	v := reflect.ValueOf(mockPtr).Elem()
 	t := v.Type()

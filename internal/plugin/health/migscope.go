@@ -95,10 +95,10 @@ func (g *gpuState) expireMIG(dev nvml.Device, now time.Time, hold time.Duration,
 		gone := false
 		if dev != nil {
 			gi, ret := dev.GetGpuInstanceById(int(id))
-			switch {
-			case ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT || ret == nvml.ERROR_NOT_SUPPORTED:
+			switch ret {
+			case nvml.ERROR_NOT_FOUND, nvml.ERROR_INVALID_ARGUMENT, nvml.ERROR_NOT_SUPPORTED:
 				gone = true
-			case ret == nvml.SUCCESS:
+			case nvml.SUCCESS:
 				if info, r := gi.GetInfo(); r == nvml.SUCCESS && int(info.Placement.Start) != s.start {
 					gone = true
 				}

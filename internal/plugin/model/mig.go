@@ -112,7 +112,7 @@ func (g GPU) CounterSetName() string { return deviceNamePrefix + strconv.Itoa(g.
 // PublishesWhole reports whether the GPU itself is a published device: not
 // in static MIG mode, nor a dynamic GPU whose MIG mode is fixed.
 func (g GPU) PublishesWhole() bool {
-	return g.Partitioning != StaticMIG && !(g.Partitioning == DynamicMIG && g.MIGModeFixed)
+	return g.Partitioning != StaticMIG && (g.Partitioning != DynamicMIG || !g.MIGModeFixed)
 }
 
 // PublishedMIGProfiles are the profiles whose placements a dynamically
