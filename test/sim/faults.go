@@ -344,32 +344,6 @@ func (s *Server) SetLost(gpuUUID string, lost bool) error {
 	return nil
 }
 
-// SetResetRequired makes the GPU answer every call, and every lookup of
-// its handle, with ERROR_RESET_REQUIRED (or answer again), without an
-// event, as NVML does for a GPU that must be reset before it can be used.
-func (s *Server) SetResetRequired(gpuUUID string, on bool) error {
-	d, err := s.gpuByUUID(gpuUUID)
-	if err != nil {
-		return err
-	}
-	d.resetRequired.Store(on)
-	d.lost.Store(on)
-	return nil
-}
-
-// SetUnbound makes the GPU vanish from handle lookups (ERROR_NOT_FOUND, as
-// for a GPU unbound from the driver) while the handles obtained before
-// answer ERROR_GPU_IS_LOST; or brings it back.
-func (s *Server) SetUnbound(gpuUUID string, on bool) error {
-	d, err := s.gpuByUUID(gpuUUID)
-	if err != nil {
-		return err
-	}
-	d.unbound.Store(on)
-	d.lost.Store(on)
-	return nil
-}
-
 // Reset simulates a GPU reset: the GPU answers again (its handles work
 // again, as after a reset the same GPU is found again), no recovery action is
 // pending and the volatile ECC counters start from zero. Aggregate counters

@@ -77,3 +77,29 @@ func lookup[T nvml.Device](d *device, h T) (nvml.Device, nvml.Return) {
 	}
 	return h, nvml.SUCCESS
 }
+
+// SetResetRequired makes the GPU answer every call, and every lookup of
+// its handle, with ERROR_RESET_REQUIRED (or answer again), without an
+// event, as NVML does for a GPU that must be reset before it can be used.
+func (s *Server) SetResetRequired(gpuUUID string, on bool) error {
+	d, err := s.gpuByUUID(gpuUUID)
+	if err != nil {
+		return err
+	}
+	d.resetRequired.Store(on)
+	d.lost.Store(on)
+	return nil
+}
+
+// SetUnbound makes the GPU vanish from handle lookups (ERROR_NOT_FOUND, as
+// for a GPU unbound from the driver) while the handles obtained before
+// answer ERROR_GPU_IS_LOST; or brings it back.
+func (s *Server) SetUnbound(gpuUUID string, on bool) error {
+	d, err := s.gpuByUUID(gpuUUID)
+	if err != nil {
+		return err
+	}
+	d.unbound.Store(on)
+	d.lost.Store(on)
+	return nil
+}
