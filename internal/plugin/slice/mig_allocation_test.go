@@ -122,6 +122,9 @@ func TestDynamicMIGAllocationsAreRealizable(t *testing.T) {
 		// The allocator places 3g.20gb at slice 0 (the first placement), so
 		// 2g.10gb lands at 4 and only one 1g.5gb fits (slice 7 has no 1g).
 		{"dgx-a100", []string{"3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb", "1g.5gb"}, 3},
+		// B200 variants: +me.all takes every decoder and the OFA, so +me
+		// cannot join it; -me needs no media engine.
+		{"hgx-b200", []string{"1g.23gb+me.all", "1g.23gb+me", "1g.23gb-me", "2g.45gb-me"}, 3},
 	} {
 		t.Run(tc.profile+"/"+strings.Join(tc.sequence, ","), func(t *testing.T) {
 			node, server, slices := dynamicNode(t, tc.profile)
