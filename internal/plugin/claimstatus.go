@@ -259,9 +259,13 @@ func deviceData(d prepare.PreparedDevice, dev resourceapi.Device, snap health.Sn
 	if gpu == "" {
 		gpu = d.UUID
 	}
-	out := DeviceData{UUID: d.UUID, ProductName: str("productName"), MIGProfile: str("profile"), Health: string(snap.Health(gpu))}
+	h, msg := snap.Health(gpu), snap.Message(gpu)
+	if health.GPUOf(dev) != "" {
+		h, msg = snap.DeviceHealth(dev), snap.DeviceMessage(dev) // MIG-scoped conditions too
+	}
+	out := DeviceData{UUID: d.UUID, ProductName: str("productName"), MIGProfile: str("profile"), Health: string(h)}
 	if out.Health != string(health.Healthy) {
-		out.Message = snap.Message(gpu)
+		out.Message = msg
 	}
 	return out
 }

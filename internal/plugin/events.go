@@ -130,7 +130,7 @@ func (e *eventSink) healthChanged(ctx context.Context, prev, cur health.Snapshot
 	}
 	for name, d := range devices {
 		gpu := health.GPUOf(d)
-		before, now := prev.Health(gpu), cur.Health(gpu)
+		before, now := prev.DeviceHealth(d), cur.DeviceHealth(d)
 		if before == now {
 			continue
 		}
@@ -139,7 +139,7 @@ func (e *eventSink) healthChanged(ctx context.Context, prev, cur health.Snapshot
 			continue
 		}
 		kind, reason := corev1.EventTypeWarning, ReasonDeviceUnhealthy
-		note := "device " + name + " (" + gpu + ") is " + string(now) + ": " + cur.Message(gpu)
+		note := "device " + name + " (" + gpu + ") is " + string(now) + ": " + cur.DeviceMessage(d)
 		if now == health.Healthy {
 			kind, reason = corev1.EventTypeNormal, ReasonDeviceHealthy
 			note = "device " + name + " (" + gpu + ") is Healthy again"

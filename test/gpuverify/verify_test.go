@@ -263,7 +263,7 @@ func TestFailures(t *testing.T) {
 			setup: func(t *testing.T, r *simRun) {
 				r.cfg.WatchStarted = func() { require.NoError(t, r.server.InjectDoubleBitECC(gpuUUID(t, r.server, 0))) }
 			},
-			want: []string{"event: gpu-0 double-bit-ecc", "gpu-0: 1 uncorrectable ECC error(s) during the watch", "recovery action gpu-reset"},
+			want: []string{"event: gpu-0 double-bit-ecc", "gpu-0: 1 uncorrectable ECC error(s) during the watch"},
 		},
 		{
 			name: "NVML does not open",

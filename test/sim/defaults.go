@@ -44,7 +44,7 @@ func fillUnset(mockPtr any, forward bool) { fillUnsetOf(mockPtr, forward, nil) }
 
 // fillUnsetOf is fillUnset for a handle of a physical GPU: while lost()
 // reports true, the defaults answer ERROR_GPU_IS_LOST instead.
-func fillUnsetOf(mockPtr any, forward bool, lost func() bool) {
+func fillUnsetOf(mockPtr any, forward bool, lost func() nvml.Return) {
 	v := reflect.ValueOf(mockPtr).Elem()
 	t := v.Type()
 	for i := range t.NumField() {
@@ -69,10 +69,12 @@ func fillUnsetOf(mockPtr any, forward bool, lost func() bool) {
 
 type funcImpl = func([]reflect.Value) []reflect.Value
 
-func notSupported(ft reflect.Type, lost func() bool) funcImpl {
+func notSupported(ft reflect.Type, lost func() nvml.Return) funcImpl {
 	return func([]reflect.Value) []reflect.Value {
-		if lost != nil && lost() {
-			return results(ft, nvml.ERROR_GPU_IS_LOST)
+		if lost != nil {
+			if ret := lost(); ret != nvml.SUCCESS {
+				return results(ft, ret)
+			}
 		}
 		return results(ft, nvml.ERROR_NOT_SUPPORTED)
 	}

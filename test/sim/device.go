@@ -18,9 +18,17 @@ type device struct {
 	serial string
 	// lost: the GPU fell off the bus (see lost.go).
 	lost atomic.Bool
+	// resetRequired: a lost GPU answers ERROR_RESET_REQUIRED instead.
+	resetRequired atomic.Bool
+	// unbound: handle lookups of the GPU answer ERROR_NOT_FOUND.
+	unbound atomic.Bool
 
 	// Guarded by srv.mu.
-	migMode     int
+	migMode int
+	// migPending is the MIG mode after the next GPU reset; it differs
+	// from migMode only on GPUs that need a reset to switch (Ampere, see
+	// migcaps.go).
+	migPending  int
 	computeMode nvml.ComputeMode
 	gis         map[uint32]*gpuInstance // by GPU instance ID
 	migCounter  uint64                  // seeds MIG device UUIDs; bumped per compute instance
@@ -42,6 +50,7 @@ func newDevice(s *Server, g *GPU) *device {
 	if g.MIGEnabled {
 		d.migMode = nvml.DEVICE_MIG_ENABLE
 	}
+	d.migPending = d.migMode
 	d.setFuncs()
 	d.setMIGFuncs()
 	d.setNVLinkFuncs()
@@ -133,21 +142,9 @@ func (d *device) setMIGFuncs() {
 	d.GetMigModeFunc = func() (int, int, nvml.Return) {
 		d.srv.mu.Lock()
 		defer d.srv.mu.Unlock()
-		return d.migMode, d.migMode, nvml.SUCCESS
+		return d.migMode, d.migPending, nvml.SUCCESS
 	}
-	d.SetMigModeFunc = func(mode int) (nvml.Return, nvml.Return) {
-		if mode != nvml.DEVICE_MIG_ENABLE && mode != nvml.DEVICE_MIG_DISABLE {
-			return nvml.ERROR_INVALID_ARGUMENT, nvml.ERROR_INVALID_ARGUMENT
-		}
-		d.srv.mu.Lock()
-		defer d.srv.mu.Unlock()
-		if mode == nvml.DEVICE_MIG_DISABLE && len(d.gis) > 0 {
-			return nvml.ERROR_IN_USE, nvml.ERROR_IN_USE
-		}
-		d.migMode = mode // takes effect at once, as after an automatic GPU reset
-		d.srv.persistLocked()
-		return nvml.SUCCESS, nvml.SUCCESS
-	}
+	d.SetMigModeFunc = d.setMigMode
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return mig.MaxDevices, nvml.SUCCESS }
 	d.GetMigDeviceHandleByIndexFunc = func(index int) (nvml.Device, nvml.Return) {
 		if index < 0 || index >= mig.MaxDevices {

@@ -61,9 +61,10 @@
 //
 // # MIG
 //
-// For MIG-capable models the Server models: Get/SetMigMode (a change takes
-// effect at once; disabling fails with ERROR_IN_USE while GPU instances
-// exist), GetMaxMigDeviceCount, GetGpuInstanceProfileInfo (available in
+// For MIG-capable models the Server models: Get/SetMigMode (on Hopper and
+// later a change takes effect at once; on Ampere it stays pending, with
+// activationStatus ERROR_IN_USE, until the GPU is reset, see migcaps.go;
+// disabling fails with ERROR_IN_USE while GPU instances exist), GetMaxMigDeviceCount, GetGpuInstanceProfileInfo (available in
 // either MIG mode; IDs are the unique profile IDs real NVML reports, e.g. 19
 // for 1g.10gb), GetGpuInstancePossiblePlacements (in memory slices, as NVML
 // reports them), GetGpuInstanceRemainingCapacity, CreateGpuInstance (picks

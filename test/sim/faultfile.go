@@ -19,8 +19,11 @@ import (
 //
 //	gpu-3 xid 79        # XID 79: the GPU fell off the bus (lost, node reboot needed)
 //	gpu-1 xid 13        # an application XID (on the default ignore list)
+//	gpu-0 xid 94 gi 3   # an XID of GPU instance 3 (MIG); "gi 3 ci 0" names a compute instance too
 //	gpu-0 ecc           # a double-bit ECC error
 //	gpu-2 lost          # lost without any event (only the probe notices)
+//	gpu-2 reset-required # every call answers ERROR_RESET_REQUIRED, no event
+//	gpu-2 unbound       # handle lookups answer ERROR_NOT_FOUND, old handles ERROR_GPU_IS_LOST
 //	gpu-1 thermal       # thermal throttling: hot, slow clocks (telemetry.go)
 //
 // A GPU is named gpu-<index> (its device name) or by UUID; '#' starts a
@@ -37,13 +40,29 @@ type FaultFile struct {
 // Fault is one parsed line of a fault file.
 type Fault struct {
 	GPU  string // device name or UUID as written
-	Kind string // "xid", "ecc", "lost" or "thermal"
+	Kind string // "xid", "ecc", "lost", "reset-required", "unbound" or "thermal"
 	XID  uint64
+	// MIG: the GPU and compute instance of a MIG-scoped XID; nil for a
+	// GPU-wide one.
+	MIG *XIDScope
+}
+
+// XIDScope names the instances an XID is attributable to; CI is
+// 0xFFFFFFFF when only the GPU instance is known.
+type XIDScope struct {
+	GI, CI uint32
 }
 
 func (f Fault) String() string {
 	if f.Kind == "xid" {
-		return fmt.Sprintf("%s xid %d", f.GPU, f.XID)
+		s := fmt.Sprintf("%s xid %d", f.GPU, f.XID)
+		if f.MIG != nil {
+			s += fmt.Sprintf(" gi %d", f.MIG.GI)
+			if f.MIG.CI != noInstance {
+				s += fmt.Sprintf(" ci %d", f.MIG.CI)
+			}
+		}
+		return s
 	}
 	return f.GPU + " " + f.Kind
 }
@@ -65,20 +84,47 @@ func ParseFaults(data string) ([]Fault, error) {
 		}
 		f := Fault{GPU: fields[0]}
 		switch {
-		case len(fields) == 3 && fields[1] == "xid":
+		case (len(fields) == 3 || len(fields) == 5 || len(fields) == 7) && fields[1] == "xid":
 			x, err := strconv.ParseUint(fields[2], 10, 32)
 			if err != nil || x == 0 {
 				return nil, fmt.Errorf("line %d: %q is not an XID number", n, fields[2])
 			}
 			f.Kind, f.XID = "xid", x
-		case len(fields) == 2 && (fields[1] == "ecc" || fields[1] == "lost" || fields[1] == "thermal"):
+			if len(fields) > 3 {
+				gi, ci, err := parseInstances(fields[3:])
+				if err != nil {
+					return nil, fmt.Errorf("line %d: %w", n, err)
+				}
+				f.MIG = &XIDScope{GI: gi, CI: ci}
+			}
+		case len(fields) == 2 && (fields[1] == "ecc" || fields[1] == "lost" || fields[1] == "thermal" ||
+			fields[1] == "reset-required" || fields[1] == "unbound"):
 			f.Kind = fields[1]
 		default:
-			return nil, fmt.Errorf("line %d: %q: want '<gpu> xid <n>', '<gpu> ecc', '<gpu> lost' or '<gpu> thermal'", n, strings.TrimSpace(line))
+			return nil, fmt.Errorf("line %d: %q: want '<gpu> xid <n> [gi <id> [ci <id>]]', '<gpu> ecc', '<gpu> lost|reset-required|unbound' or '<gpu> thermal'", n, strings.TrimSpace(line))
 		}
 		out = append(out, f)
 	}
 	return out, sc.Err()
+}
+
+// parseInstances reads "gi <id>" and "gi <id> ci <id>" (or nothing).
+func parseInstances(fields []string) (gi, ci uint32, err error) {
+	gi, ci = noInstance, noInstance
+	for i := 0; i+1 < len(fields); i += 2 {
+		v, perr := strconv.ParseUint(fields[i+1], 10, 32)
+		switch {
+		case perr != nil || v >= noInstance:
+			return 0, 0, fmt.Errorf("%q is not an instance ID", fields[i+1])
+		case fields[i] == "gi" && i == 0:
+			gi = uint32(v)
+		case fields[i] == "ci" && i == 2:
+			ci = uint32(v)
+		default:
+			return 0, 0, fmt.Errorf("want 'gi <id>' then optionally 'ci <id>', got %q", fields[i])
+		}
+	}
+	return gi, ci, nil
 }
 
 // resolve maps gpu-<index> or a UUID to the GPU's UUID.
@@ -127,11 +173,19 @@ func (ff *FaultFile) Sync() error {
 		}
 		switch f.Kind {
 		case "xid":
-			err = ff.server.InjectXID(id, f.XID)
+			if f.MIG != nil {
+				err = ff.server.InjectMIGXID(id, f.XID, f.MIG.GI, f.MIG.CI)
+			} else {
+				err = ff.server.InjectXID(id, f.XID)
+			}
 		case "ecc":
 			err = ff.server.InjectDoubleBitECC(id)
 		case "lost":
 			err = ff.server.SetLost(id, true)
+		case "reset-required":
+			err = ff.server.SetResetRequired(id, true)
+		case "unbound":
+			err = ff.server.SetUnbound(id, true)
 		case "thermal":
 			err = ff.server.SetThermal(id, true)
 		}

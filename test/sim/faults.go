@@ -20,8 +20,9 @@ import (
 //     events injected with InjectXID and InjectDoubleBitECC;
 //   - the volatile and aggregate ECC counters (GetTotalEccErrors);
 //   - the GPU recovery action the driver asks for (GetFieldValues with
-//     FI_DEV_GET_GPU_RECOVERY_ACTION): GPU reset after a fatal XID or a
-//     double-bit ECC error, node reboot after XID 79. Like real drivers
+//     FI_DEV_GET_GPU_RECOVERY_ACTION, table xidRecovery): GPU reset after
+//     a fatal XID, node reboot after XID 79, none after a contained
+//     double-bit ECC error. Like real drivers
 //     before R550, a profile whose driverVersion is older than 550 answers
 //     that field with ERROR_NOT_SUPPORTED;
 //   - a GPU fallen off the bus (XID 79, or SetLost): every call on it and
@@ -152,12 +153,22 @@ func (e *eventSet) free() nvml.Return {
 // emitLocked queues an event for every set registered for its type on d.
 // The caller holds b.mu.
 func (b *faultBook) emitLocked(d *device, eventType, data uint64) {
+	b.emitScopedLocked(d, eventType, data, noInstance, noInstance)
+}
+
+// noInstance is the GPU/compute instance ID of an event no instance is
+// responsible for (nvml.h, nvmlEventData_t).
+const noInstance = 0xFFFFFFFF
+
+// emitScopedLocked is emitLocked for an event attributable to GPU instance
+// gi and compute instance ci (noInstance: none).
+func (b *faultBook) emitScopedLocked(d *device, eventType, data uint64, gi, ci uint32) {
 	for set, mask := range b.gpus[d].registrations {
 		if mask&eventType == 0 {
 			continue
 		}
 		ev := nvml.EventData{Device: d, EventType: eventType, EventData: data,
-			GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
+			GpuInstanceId: gi, ComputeInstanceId: ci}
 		select {
 		case set.queue <- ev:
 		default: // queue full: dropped
@@ -194,6 +205,9 @@ func (d *device) setFaultFuncs(b *faultBook) {
 		return nvml.SUCCESS
 	}
 	d.GetTotalEccErrorsFunc = func(errType nvml.MemoryErrorType, counter nvml.EccCounterType) (uint64, nvml.Return) {
+		if !d.model().ECC || !d.gpu.ECCEnabled {
+			return 0, nvml.ERROR_NOT_SUPPORTED // nvml.h: requires ECC mode to be enabled
+		}
 		g, unlock := state()
 		defer unlock()
 		switch {
@@ -242,9 +256,24 @@ func (s *Server) gpuByUUID(id string) (*device, error) {
 // XID event to every event set registered for it, the recovery action the
 // driver would ask for, and for XID 79 (fallen off the bus) a lost GPU.
 func (s *Server) InjectXID(gpuUUID string, xid uint64) error {
+	return s.InjectMIGXID(gpuUUID, xid, noInstance, noInstance)
+}
+
+// InjectMIGXID is InjectXID for an XID attributable to GPU instance gi
+// and compute instance ci of the GPU (ci may be noInstance, 0xFFFFFFFF):
+// the event carries their IDs, as NVML's does with MIG enabled. The GPU
+// instance (and the compute instance, if given) must exist. The recovery
+// action follows the XID as for a GPU-wide one: whether the driver asks
+// less for an XID contained in one instance is not known here.
+func (s *Server) InjectMIGXID(gpuUUID string, xid uint64, gi, ci uint32) error {
 	d, err := s.gpuByUUID(gpuUUID)
 	if err != nil {
 		return err
+	}
+	if gi != noInstance {
+		if err := d.checkInstance(gi, ci); err != nil {
+			return err
+		}
 	}
 	b := s.faults
 	b.mu.Lock()
@@ -261,13 +290,34 @@ func (s *Server) InjectXID(gpuUUID string, xid uint64) error {
 		// Lost before the event is out: whoever reacts to it finds the GPU gone.
 		d.lost.Store(true)
 	}
-	b.emitLocked(d, nvml.EventTypeXidCriticalError, xid)
+	b.emitScopedLocked(d, nvml.EventTypeXidCriticalError, xid, gi, ci)
+	return nil
+}
+
+// checkInstance reports whether GPU instance gi (and compute instance ci,
+// unless noInstance) exists on d.
+func (d *device) checkInstance(gi, ci uint32) error {
+	d.srv.mu.Lock()
+	defer d.srv.mu.Unlock()
+	g, ok := d.gis[gi]
+	if !ok {
+		return fmt.Errorf("GPU %s has no GPU instance %d", d.uuid, gi)
+	}
+	if _, ok := g.cis[ci]; ci != noInstance && !ok {
+		return fmt.Errorf("GPU instance %d of %s has no compute instance %d", gi, d.uuid, ci)
+	}
 	return nil
 }
 
 // InjectDoubleBitECC simulates an uncorrectable (double-bit) ECC error: the
-// counters go up, a double-bit ECC event is delivered and the driver asks
-// for a GPU reset.
+// counters go up and a double-bit ECC event is delivered. The driver asks
+// for no recovery action: on Ampere and later such an error is contained
+// (XID 94 in NVIDIA's XID catalogue: restart the application; the row
+// remapping waits for the next reset), and every MIG-capable or data-center
+// model of the catalogue is Ampere or later. That is the least kind answer
+// for a health monitor, which gets no pending -> none transition to see the
+// reset by; an uncontained error is InjectXID(95), which asks for a reset.
+// (Read, not run: no real recovery-action reading after an ECC error here.)
 func (s *Server) InjectDoubleBitECC(gpuUUID string) error {
 	d, err := s.gpuByUUID(gpuUUID)
 	if err != nil {
@@ -279,9 +329,6 @@ func (s *Server) InjectDoubleBitECC(gpuUUID string) error {
 	g := b.gpus[d]
 	g.dbeVolatile++
 	g.dbeAggregate++
-	if g.recovery < nvml.GPU_RECOVERY_ACTION_GPU_RESET {
-		g.recovery = nvml.GPU_RECOVERY_ACTION_GPU_RESET
-	}
 	b.emitLocked(d, nvml.EventTypeDoubleBitEccError, 0)
 	return nil
 }
@@ -300,14 +347,20 @@ func (s *Server) SetLost(gpuUUID string, lost bool) error {
 // Reset simulates a GPU reset: the GPU answers again (its handles work
 // again, as after a reset the same GPU is found again), no recovery action is
 // pending and the volatile ECC counters start from zero. Aggregate counters
-// persist, as on real GPUs, and so does the MIG mode, but its GPU and
-// compute instances are gone: they do not survive a GPU reset.
+// persist, as on real GPUs, and so does the MIG mode (a pending one, on
+// Ampere, becomes current), but its GPU and compute instances are gone:
+// they do not survive a GPU reset.
 func (s *Server) Reset(gpuUUID string) error {
 	d, err := s.gpuByUUID(gpuUUID)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
+	if d.migPending != d.migMode {
+		// A pending MIG mode (Ampere) takes effect with the reset.
+		d.migMode = d.migPending
+		s.persistLocked()
+	}
 	if len(d.gis) > 0 {
 		for id, gi := range d.gis {
 			for cid, ci := range gi.cis {
@@ -324,6 +377,8 @@ func (s *Server) Reset(gpuUUID string) error {
 	defer s.faults.mu.Unlock()
 	g := s.faults.gpus[d]
 	d.lost.Store(false)
+	d.resetRequired.Store(false)
+	d.unbound.Store(false)
 	g.recovery = nvml.GPU_RECOVERY_ACTION_NONE
 	g.dbeVolatile, g.sbeVolatile = 0, 0
 	g.thermal = false

@@ -35,7 +35,7 @@ func TestFaultInjection(t *testing.T) {
 		{name: "application xid 13", inject: func(s *Server, id string) error { return s.InjectXID(id, 13) },
 			event: nvml.EventTypeXidCriticalError, data: 13},
 		{name: "double-bit ECC", inject: func(s *Server, id string) error { return s.InjectDoubleBitECC(id) },
-			event: nvml.EventTypeDoubleBitEccError, recovery: nvml.GPU_RECOVERY_ACTION_GPU_RESET, dbe: 1},
+			event: nvml.EventTypeDoubleBitEccError, recovery: nvml.GPU_RECOVERY_ACTION_NONE, dbe: 1},
 		{name: "silently lost", inject: func(s *Server, id string) error { return s.SetLost(id, true) }, lost: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,7 +114,13 @@ func TestParseFaults(t *testing.T) {
 	got, err := ParseFaults("# broken GPUs\ngpu-3 xid 79  # fell off\n\ngpu-1 ecc\nGPU-x lost\n")
 	require.NoError(t, err)
 	assert.Equal(t, []Fault{{GPU: "gpu-3", Kind: "xid", XID: 79}, {GPU: "gpu-1", Kind: "ecc"}, {GPU: "GPU-x", Kind: "lost"}}, got)
-	for _, bad := range []string{"gpu-1 xid", "gpu-1 xid seventy", "gpu-1 xid 0", "gpu-1 melted", "gpu-1 ecc extra"} {
+	got, err = ParseFaults("gpu-0 xid 94 gi 3\ngpu-0 xid 13 gi 5 ci 0\n")
+	require.NoError(t, err)
+	assert.Equal(t, []Fault{{GPU: "gpu-0", Kind: "xid", XID: 94, MIG: &XIDScope{GI: 3, CI: 0xFFFFFFFF}},
+		{GPU: "gpu-0", Kind: "xid", XID: 13, MIG: &XIDScope{GI: 5, CI: 0}}}, got)
+	assert.Equal(t, "gpu-0 xid 13 gi 5 ci 0", got[1].String())
+	for _, bad := range []string{"gpu-1 xid", "gpu-1 xid seventy", "gpu-1 xid 0", "gpu-1 melted", "gpu-1 ecc extra",
+		"gpu-1 xid 94 gi", "gpu-1 xid 94 ci 0", "gpu-1 xid 94 gi x", "gpu-1 xid 94 gi 1 gi 2"} {
 		_, err := ParseFaults(bad)
 		assert.Error(t, err, bad)
 	}
@@ -185,4 +191,28 @@ func TestRecoveryActionNeedsR550(t *testing.T) {
 			assert.Equal(t, uint64(1), n)
 		})
 	}
+}
+
+// TestMIGScopedXID: an XID of a GPU instance carries its GPU and compute
+// instance IDs in the event, as NVML's does; a GPU-wide one 0xFFFFFFFF.
+func TestMIGScopedXID(t *testing.T) {
+	s := newServer(t, "dgx-h100", "node-a")
+	d := migGPU(t, s, 0)
+	id, _ := d.GetUUID()
+	info := giProfile(t, d, nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	gi, ret := d.CreateGpuInstance(&info)
+	require.Equal(t, nvml.SUCCESS, ret)
+	giInfo, _ := gi.GetInfo()
+	set, _ := s.EventSetCreate()
+	require.Equal(t, nvml.SUCCESS, d.RegisterEvents(nvml.EventTypeXidCriticalError, set))
+
+	require.NoError(t, s.InjectMIGXID(id, 94, giInfo.Id, 0xFFFFFFFF))
+	ev, ret := set.Wait(10)
+	require.Equal(t, nvml.SUCCESS, ret)
+	assert.Equal(t, []uint32{giInfo.Id, 0xFFFFFFFF}, []uint32{ev.GpuInstanceId, ev.ComputeInstanceId})
+	require.NoError(t, s.InjectXID(id, 62))
+	ev, _ = set.Wait(10)
+	assert.Equal(t, []uint32{0xFFFFFFFF, 0xFFFFFFFF}, []uint32{ev.GpuInstanceId, ev.ComputeInstanceId})
+	require.Error(t, s.InjectMIGXID(id, 94, giInfo.Id+1, 0xFFFFFFFF), "no such GPU instance")
+	require.Error(t, s.InjectMIGXID(id, 94, giInfo.Id, 7), "no such compute instance")
 }

@@ -13,10 +13,22 @@ import (
 // (DeviceGetHandleByIndex, ByUUID, ByPciBusId, BySerial, also of its MIG
 // devices) answers ERROR_GPU_IS_LOST, identity queries (UUID, name, PCI
 // info) included. DeviceGetCount still counts it. Reset or SetLost(false)
-// bring it back: the handles obtained before answer again.
+// bring it back: the handles obtained before answer again. A GPU that needs
+// a reset (SetResetRequired) answers ERROR_RESET_REQUIRED the same way; an
+// unbound one (SetUnbound) is not found by lookups.
 
-// isLost reports whether the GPU fell off the bus.
-func (d *device) isLost() bool { return d.lost.Load() }
+// lostReturn is what every call of a lost GPU answers (SUCCESS while it is
+// not lost): ERROR_GPU_IS_LOST, or ERROR_RESET_REQUIRED for a GPU that
+// needs a reset (SetResetRequired).
+func (d *device) lostReturn() nvml.Return {
+	if !d.lost.Load() {
+		return nvml.SUCCESS
+	}
+	if d.resetRequired.Load() {
+		return nvml.ERROR_RESET_REQUIRED
+	}
+	return nvml.ERROR_GPU_IS_LOST
+}
 
 // finishHandle makes every call of a GPU's handle object (the device
 // itself, a GPU or compute instance, a MIG device) fail with
@@ -24,14 +36,14 @@ func (d *device) isLost() bool { return d.lost.Load() }
 // the rest get lost-aware defaults. Call it once all modelled XxxFunc
 // fields are set.
 func finishHandle(mockPtr any, d *device) {
-	guardLost(mockPtr, d.isLost)
-	fillUnsetOf(mockPtr, false, d.isLost)
+	guardLost(mockPtr, d.lostReturn)
+	fillUnsetOf(mockPtr, false, d.lostReturn)
 }
 
 // guardLost wraps every set XxxFunc field of the moq struct behind mockPtr:
-// while lost() reports true the call answers zero values and
-// ERROR_GPU_IS_LOST in each nvml.Return result, without calling the model.
-func guardLost(mockPtr any, lost func() bool) {
+// while lost() answers other than SUCCESS the call answers zero values and
+// that code in each nvml.Return result, without calling the model.
+func guardLost(mockPtr any, lost func() nvml.Return) {
 	v := reflect.ValueOf(mockPtr).Elem()
 	t := v.Type()
 	for i := range t.NumField() {
@@ -43,8 +55,8 @@ func guardLost(mockPtr any, lost func() bool) {
 		inner := reflect.ValueOf(fv.Interface())
 		ft := f.Type
 		fv.Set(reflect.MakeFunc(ft, func(args []reflect.Value) []reflect.Value {
-			if lost() {
-				return results(ft, nvml.ERROR_GPU_IS_LOST)
+			if ret := lost(); ret != nvml.SUCCESS {
+				return results(ft, ret)
 			}
 			if ft.IsVariadic() {
 				return inner.CallSlice(args)
@@ -54,10 +66,40 @@ func guardLost(mockPtr any, lost func() bool) {
 	}
 }
 
-// lookup returns a handle of d, or ERROR_GPU_IS_LOST while d is lost.
+// lookup returns a handle of d, or what a lost GPU answers while d is lost,
+// or ERROR_NOT_FOUND while it is unbound (SetUnbound).
 func lookup[T nvml.Device](d *device, h T) (nvml.Device, nvml.Return) {
-	if d.isLost() {
-		return nil, nvml.ERROR_GPU_IS_LOST
+	if d.unbound.Load() {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	if ret := d.lostReturn(); ret != nvml.SUCCESS {
+		return nil, ret
 	}
 	return h, nvml.SUCCESS
+}
+
+// SetResetRequired makes the GPU answer every call, and every lookup of
+// its handle, with ERROR_RESET_REQUIRED (or answer again), without an
+// event, as NVML does for a GPU that must be reset before it can be used.
+func (s *Server) SetResetRequired(gpuUUID string, on bool) error {
+	d, err := s.gpuByUUID(gpuUUID)
+	if err != nil {
+		return err
+	}
+	d.resetRequired.Store(on)
+	d.lost.Store(on)
+	return nil
+}
+
+// SetUnbound makes the GPU vanish from handle lookups (ERROR_NOT_FOUND, as
+// for a GPU unbound from the driver) while the handles obtained before
+// answer ERROR_GPU_IS_LOST; or brings it back.
+func (s *Server) SetUnbound(gpuUUID string, on bool) error {
+	d, err := s.gpuByUUID(gpuUUID)
+	if err != nil {
+		return err
+	}
+	d.unbound.Store(on)
+	d.lost.Store(on)
+	return nil
 }

@@ -104,3 +104,42 @@ func TestKeyOfLostGPU(t *testing.T) {
 	_, ok = KeyOf(nil)
 	assert.False(t, ok)
 }
+
+// TestResetRequiredAndUnbound: a GPU that needs a reset answers every call
+// and lookup with ERROR_RESET_REQUIRED; an unbound one is not found by its
+// UUID and its old handle answers ERROR_GPU_IS_LOST. A reset ends both.
+func TestResetRequiredAndUnbound(t *testing.T) {
+	s := newServer(t, "dgx-h100", "n1")
+	d, _ := s.DeviceGetHandleByIndex(1)
+	id, _ := d.GetUUID()
+	for _, tc := range []struct {
+		set         func(bool) error
+		lookup      nvml.Return
+		onOldHandle nvml.Return
+	}{
+		{func(on bool) error { return s.SetResetRequired(id, on) }, nvml.ERROR_RESET_REQUIRED, nvml.ERROR_RESET_REQUIRED},
+		{func(on bool) error { return s.SetUnbound(id, on) }, nvml.ERROR_NOT_FOUND, nvml.ERROR_GPU_IS_LOST},
+	} {
+		require.NoError(t, tc.set(true))
+		_, ret := s.DeviceGetHandleByUUID(id)
+		assert.Equal(t, tc.lookup, ret)
+		_, _, ret = d.GetMigMode()
+		assert.Equal(t, tc.onOldHandle, ret)
+		_, ret = d.GetGpuInstanceById(1)
+		assert.Equal(t, tc.onOldHandle, ret)
+		require.NoError(t, s.Reset(id))
+		_, ret = s.DeviceGetHandleByUUID(id)
+		assert.Equal(t, nvml.SUCCESS, ret)
+	}
+}
+
+// TestECCCountersNeedECC: nvml.h, nvmlDeviceGetTotalEccErrors "requires ECC
+// mode to be enabled": a GPU with ECC off (or without ECC) has no counters.
+func TestECCCountersNeedECC(t *testing.T) {
+	s := newServer(t, "mixed", "n1")
+	for i, want := range []nvml.Return{nvml.SUCCESS, nvml.ERROR_NOT_SUPPORTED} { // the second L4 has ECC off
+		d, _ := s.DeviceGetHandleByIndex(i)
+		_, ret := d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+		assert.Equal(t, want, ret, "GPU %d", i)
+	}
+}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,6 +18,11 @@ func migGPU(t *testing.T, s *Server, i int) nvml.Device {
 	require.Equal(t, nvml.SUCCESS, ret)
 	_, ret = d.SetMigMode(nvml.DEVICE_MIG_ENABLE)
 	require.Equal(t, nvml.SUCCESS, ret)
+	if cur, _, _ := d.GetMigMode(); cur != nvml.DEVICE_MIG_ENABLE {
+		// Ampere: the mode is pending until the GPU is reset.
+		id, _ := d.GetUUID()
+		require.NoError(t, s.Reset(id))
+	}
 	return d
 }
 
@@ -358,3 +364,51 @@ func TestResetDestroysMIGInstances(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestMIGModeSwitchPerArchitecture: Hopper switches MIG mode at once;
+// Ampere keeps the new mode pending until the GPU is reset, also across a
+// restart of the simulated library (the state file).
+func TestMIGModeSwitchPerArchitecture(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		// wantCur, wantPending after SetMigMode(ENABLE); after the reset
+		// both are ENABLE.
+		wantCur, wantPending int
+		wantActivation       nvml.Return
+	}{
+		{profile: "dgx-h100", wantCur: 1, wantPending: 1, wantActivation: nvml.SUCCESS},
+		{profile: "dgx-a100", wantCur: 0, wantPending: 1, wantActivation: nvml.ERROR_IN_USE},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			p, err := Load(tc.profile, nil)
+			require.NoError(t, err)
+			state := filepath.Join(t.TempDir(), "state.json")
+			s := NewServer(p, "n1")
+			require.NoError(t, s.PersistTo(state))
+			require.Equal(t, nvml.SUCCESS, s.Init())
+			d, _ := s.DeviceGetHandleByIndex(0)
+			activation, ret := d.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+			require.Equal(t, nvml.SUCCESS, ret)
+			assert.Equal(t, tc.wantActivation, activation)
+			cur, pending, _ := d.GetMigMode()
+			assert.Equal(t, []int{tc.wantCur, tc.wantPending}, []int{cur, pending})
+			if cur != nvml.DEVICE_MIG_ENABLE {
+				info, ret := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_7_SLICE)
+				require.Equal(t, nvml.SUCCESS, ret)
+				_, ret = d.CreateGpuInstance(&info)
+				assert.Equal(t, nvml.ERROR_NOT_SUPPORTED, ret, "no GPU instance while MIG mode is only pending")
+			}
+
+			s2 := NewServer(p, "n1")
+			require.NoError(t, s2.PersistTo(state))
+			require.Equal(t, nvml.SUCCESS, s2.Init())
+			d2, _ := s2.DeviceGetHandleByIndex(0)
+			cur, pending, _ = d2.GetMigMode()
+			assert.Equal(t, []int{tc.wantCur, tc.wantPending}, []int{cur, pending}, "the pending mode is kept in the state file")
+			id, _ := d2.GetUUID()
+			require.NoError(t, s2.Reset(id))
+			cur, pending, _ = d2.GetMigMode()
+			assert.Equal(t, []int{1, 1}, []int{cur, pending}, "a reset makes the pending mode current")
+		})
+	}
+}

@@ -14,7 +14,7 @@ import (
 const gi = 1 << 30
 
 func TestBuiltinProfiles(t *testing.T) {
-	require.Equal(t, []string{"dgx-a100", "dgx-h100", "h200", "l4", "mixed"}, Builtin())
+	require.Equal(t, []string{"dgx-a100", "dgx-h100", "gh200", "h200", "hgx-b200", "l4", "mixed"}, Builtin())
 
 	a100 := expectGPU{"NVIDIA A100-SXM4-40GB", 40 * gi, nvml.DEVICE_ARCH_AMPERE, 8, 0, true}
 	h100 := expectGPU{"NVIDIA H100 80GB HBM3", 80 * gi, nvml.DEVICE_ARCH_HOPPER, 9, 0, true}

@@ -30,10 +30,13 @@ type State struct {
 
 // GPUState is the MIG state of one GPU.
 type GPUState struct {
-	UUID         string         `json:"uuid"`
-	MIGEnabled   bool           `json:"migEnabled"`
-	MIGCounter   uint64         `json:"migCounter,omitempty"`
-	GPUInstances []GPUInstState `json:"gpuInstances,omitempty"`
+	UUID       string `json:"uuid"`
+	MIGEnabled bool   `json:"migEnabled"`
+	// MIGPendingEnabled is the MIG mode after the next GPU reset, when it
+	// differs from MIGEnabled (Ampere, see migcaps.go).
+	MIGPendingEnabled *bool          `json:"migPendingEnabled,omitempty"`
+	MIGCounter        uint64         `json:"migCounter,omitempty"`
+	GPUInstances      []GPUInstState `json:"gpuInstances,omitempty"`
 }
 
 // GPUInstState is one GPU instance.
@@ -114,6 +117,10 @@ func (s *Server) restoreLocked(st *State) error {
 		if g.MIGEnabled {
 			d.migMode = nvml.DEVICE_MIG_ENABLE
 		}
+		d.migPending = d.migMode
+		if g.MIGPendingEnabled != nil {
+			d.migPending = migModeOf(*g.MIGPendingEnabled)
+		}
 		d.migCounter = g.MIGCounter
 		if len(g.GPUInstances) > 0 && d.model().MIG == nil {
 			return fmt.Errorf("GPU %d is not MIG-capable but has GPU instances", i)
@@ -142,6 +149,10 @@ func (s *Server) restoreLocked(st *State) error {
 				ci.mig.uuid = cs.UUID
 			}
 		}
+		d.migPending = d.migMode
+		if g.MIGPendingEnabled != nil {
+			d.migPending = migModeOf(*g.MIGPendingEnabled)
+		}
 		d.migCounter = g.MIGCounter
 	}
 	return nil
@@ -162,6 +173,10 @@ func (s *Server) saveLocked() error {
 	st := State{Node: s.nodeName, Profile: s.profile.Name}
 	for _, d := range s.devices {
 		g := GPUState{UUID: d.uuid, MIGEnabled: d.migMode == nvml.DEVICE_MIG_ENABLE, MIGCounter: d.migCounter}
+		if d.migPending != d.migMode {
+			pending := d.migPending == nvml.DEVICE_MIG_ENABLE
+			g.MIGPendingEnabled = &pending
+		}
 		for _, gi := range d.sortedGIsLocked() {
 			gs := GPUInstState{ID: gi.info.Id, Profile: gi.prof.Name, Start: int(gi.info.Placement.Start)}
 			for _, ci := range gi.sortedCIsLocked() {

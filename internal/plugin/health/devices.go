@@ -27,13 +27,15 @@ func GPUOf(d resourceapi.Device) string {
 }
 
 // ApplyTaints returns copies of devices whose taints are the conditions of
-// their physical GPU (MIG devices inherit their parent's). Taints the
+// their physical GPU (MIG devices inherit their parent's, plus those of
+// MIG-scoped XIDs of their GPU instance, migscope.go). Taints the
 // devices already carry under keys other than the monitor's are kept.
 func (s Snapshot) ApplyTaints(devices []resourceapi.Device) []resourceapi.Device {
 	out := make([]resourceapi.Device, len(devices))
 	for i, d := range devices {
 		d.Taints = slices.DeleteFunc(slices.Clone(d.Taints), func(t resourceapi.DeviceTaint) bool { return isOurKey(t.Key) })
-		d.Taints = append(d.Taints, s.Taints(GPUOf(d))...)
+		start, isMIG := placementOf(d)
+		d.Taints = append(d.Taints, taintsOf(s.deviceConditions(GPUOf(d), start, isMIG))...)
 		if len(d.Taints) == 0 {
 			d.Taints = nil
 		}
@@ -46,16 +48,20 @@ func isOurKey(k string) bool {
 	return k == KeyXID || k == KeyECC || k == KeyLost || k == KeyRecovery
 }
 
-// DeviceRef names a device of a pool and the GPU behind it.
+// DeviceRef names a device of a pool and the GPU behind it; a MIG device
+// also its placement start (MIG-scoped conditions, migscope.go).
 type DeviceRef struct {
 	Pool, Device, GPU string
+	Start             int
+	IsMIG             bool
 }
 
 // Refs lists the devices of a pool with their GPUs.
 func Refs(pool string, devices []resourceapi.Device) []DeviceRef {
 	out := make([]DeviceRef, 0, len(devices))
 	for _, d := range devices {
-		out = append(out, DeviceRef{Pool: pool, Device: d.Name, GPU: GPUOf(d)})
+		start, isMIG := placementOf(d)
+		out = append(out, DeviceRef{Pool: pool, Device: d.Name, GPU: GPUOf(d), Start: start, IsMIG: isMIG})
 	}
 	return out
 }
@@ -68,9 +74,9 @@ func (s Snapshot) Report(refs []DeviceRef, now time.Time, timeout time.Duration)
 	for _, ref := range refs {
 		h := kubeletplugin.DeviceHealth{PoolName: ref.Pool, DeviceName: ref.Device, Health: kubeletplugin.HealthStatusHealthy,
 			LastUpdated: now, HealthCheckTimeout: timeout}
-		if s.Health(ref.GPU) != Healthy {
+		if conds := s.deviceConditions(ref.GPU, ref.Start, ref.IsMIG); healthOf(conds) != Healthy {
 			h.Health = kubeletplugin.HealthStatusUnhealthy
-			h.Message = s.Message(ref.GPU)
+			h.Message = messageOf(conds)
 		}
 		r.Devices = append(r.Devices, h)
 	}

@@ -14,8 +14,9 @@
 // Each finding is a Condition on the physical GPU, keyed by taint key.
 // Conditions that require a reset (fatal XIDs, ECC, a recovery action) are
 // cleared once the driver's recovery action, having been pending, reads none
-// again, or, with a driver that reports no recovery action, once the
-// volatile ECC counter falls back; a lost GPU is healthy once it answers;
+// again, or once the volatile ECC counter falls back (the sign of a reset on
+// drivers without the recovery action, and after errors that asked for
+// none); a lost GPU is healthy once it answers;
 // degraded conditions without a recovery action expire after a hold time.
 // MIG devices share the conditions of their parent GPU. Conditions survive
 // restarts of the plugin within one boot (persist.go).
@@ -181,6 +182,12 @@ func (m *Monitor) Snapshot() Snapshot {
 		if c := g.snapshot(); c != nil {
 			s.GPUs[id] = c
 		}
+		if c := g.migSnapshot(); c != nil {
+			if s.MIG == nil {
+				s.MIG = map[string]map[int][]Condition{}
+			}
+			s.MIG[id] = c
+		}
 	}
 	return s
 }
@@ -304,9 +311,10 @@ func (m *Monitor) watchEvents(ctx context.Context) {
 
 func (m *Monitor) handleEvent(ctx context.Context, ev nvml.EventData) {
 	logger := klog.FromContext(ctx)
-	uuid, ok := m.byDev[ev.Device]
-	if !ok && ev.Device != nil {
-		id, ret := ev.Device.GetUUID()
+	parent := parentOf(ev.Device)
+	uuid, ok := m.byDev[parent]
+	if !ok && parent != nil {
+		id, ret := parent.GetUUID()
 		if ret != nvml.SUCCESS {
 			logger.Error(ret, "NVML event for an unknown GPU", "type", ev.EventType, "data", ev.EventData)
 			return
@@ -329,6 +337,12 @@ func (m *Monitor) handleEvent(ctx context.Context, ev nvml.EventData) {
 		effect, what := classifyXID(xid)
 		c := Condition{Key: KeyXID, Value: fmt.Sprint(xid), Effect: effect, Since: now,
 			Message: fmt.Sprintf("XID %d: %s", xid, what), untilRecovered: effect == resourceapi.DeviceTaintEffectNoExecute}
+		if giID, start, ok := migOf(ctx, parent, ev); ok {
+			c.Message = migXIDMessage(xid, what, giID, ev)
+			logger.Info("MIG-scoped XID", "gpu", m.names[uuid], "xid", xid, "gi", giID, "ci", ev.ComputeInstanceId, "placementStart", start)
+			m.update(ctx, uuid, func(g *gpuState) bool { return g.setMIG(giID, start, c) })
+			break
+		}
 		m.update(ctx, uuid, func(g *gpuState) bool { return g.set(c) })
 	case nvml.EventTypeDoubleBitEccError:
 		m.cfg.Metrics.event("ecc_double_bit", 0, "tainted")

@@ -104,10 +104,9 @@ func TestMonitorFaults(t *testing.T) {
 			taints: []resourceapi.DeviceTaint{{Key: KeyXID, Value: "74", Effect: "NoSchedule"}}},
 		{name: "ignored XID 13",
 			inject: func(f *fixture) { _ = f.srv.InjectXID(f.gpus[2].UUID, 13) }, probe: true, health: Healthy},
-		{name: "double-bit ECC event (the immediate probe sees the recovery action)",
+		{name: "double-bit ECC event (contained: no recovery action)",
 			inject: func(f *fixture) { _ = f.srv.InjectDoubleBitECC(f.gpus[2].UUID) }, health: Unhealthy,
-			taints: []resourceapi.DeviceTaint{{Key: KeyECC, Value: "double-bit", Effect: "NoExecute"},
-				{Key: KeyRecovery, Value: "gpu-reset", Effect: "NoExecute"}}},
+			taints: []resourceapi.DeviceTaint{{Key: KeyECC, Value: "double-bit", Effect: "NoExecute"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, nil)

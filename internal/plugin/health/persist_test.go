@@ -229,6 +229,9 @@ func TestVolatileECCAtStart(t *testing.T) {
 		{name: "error while the plugin was down, old driver", driver: oldDriver, errors: 1, want: Unhealthy, wantKey: KeyECC},
 		{name: "two errors, new driver", driver: newDriver, errors: 2, want: Unhealthy, wantKey: KeyECC},
 		{name: "reset after start, old driver", driver: oldDriver, errors: 1, reset: true, want: Healthy},
+		// A contained error asks for no recovery action, so no pending ->
+		// none transition shows the reset: the counter falling back does.
+		{name: "reset after start, new driver, no recovery action asked", driver: newDriver, errors: 1, reset: true, want: Healthy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()

@@ -66,10 +66,11 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 	hold := m.cfg.DegradedHold
 	m.update(ctx, gpu.UUID, func(g *gpuState) bool {
 		changed := false
-		if eccRet == nvml.SUCCESS && ecc < g.eccBaseline && !known {
+		if eccRet == nvml.SUCCESS && ecc < g.eccBaseline {
 			// The volatile counter fell back: the GPU was reset or the
 			// driver reloaded. A driver that reports no recovery action
-			// gives no other sign of a reset.
+			// gives no other sign of a reset, and one that does may never
+			// have asked for one (a contained ECC error asks for none).
 			g.recoveryPending = true
 		}
 		if !known && g.recoveryPending {
@@ -82,6 +83,7 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 			} else {
 				changed = g.clear(KeyRecovery) || changed
 				if g.recoveryPending {
+					changed = g.expireMIG(nil, now, hold, true) || changed
 					// The reset (or reboot) the driver asked for happened.
 					g.recoveryPending = false
 					for k, c := range g.conds {
@@ -101,6 +103,7 @@ func (m *Monitor) probe(ctx context.Context, gpu GPU) {
 			}
 			g.eccBaseline = ecc
 		}
+		changed = g.expireMIG(dev, now, hold, false) || changed
 		for k, c := range g.conds {
 			if !c.untilRecovered && c.Key != KeyLost && c.Key != KeyRecovery && now.Sub(c.Since) >= hold && !g.recoveryPending {
 				delete(g.conds, k)

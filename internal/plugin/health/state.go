@@ -39,8 +39,9 @@ type Condition struct {
 	Since   time.Time
 	// untilRecovered: cleared once the driver's recovery action, after
 	// having been pending, reads none again (the GPU was reset or the node
-	// rebooted). Without that field the condition stays until the volatile
-	// ECC counter shows a reset (it falls back) or the node reboots.
+	// rebooted), or the volatile ECC counter shows a reset (it falls back;
+	// also with that field, which a contained ECC error leaves at none).
+	// Otherwise the condition stays until the node reboots.
 	untilRecovered bool
 }
 
@@ -64,6 +65,9 @@ type gpuState struct {
 	// is zeroed when the driver loads and when the GPU is reset, so any
 	// count above it is an error since then.
 	eccBaseline uint64
+	// mig holds the conditions of MIG-scoped XIDs by GPU instance ID
+	// (migscope.go).
+	mig map[uint32]*migScope
 }
 
 // set adds or replaces the condition of its key; a weaker condition does not
@@ -95,6 +99,9 @@ func (g *gpuState) clear(key string) bool {
 // devices take their parent GPU's entry.
 type Snapshot struct {
 	GPUs map[string][]Condition
+	// MIG holds the conditions of MIG-scoped XIDs: GPU UUID -> placement
+	// start of the GPU instance -> conditions (migscope.go).
+	MIG map[string]map[int][]Condition
 }
 
 // Conditions of a GPU, strongest first.
@@ -102,31 +109,15 @@ func (s Snapshot) Conditions(uuid string) []Condition { return s.GPUs[uuid] }
 
 // Health of a GPU: Unhealthy with any NoExecute condition, Degraded with
 // only NoSchedule ones, else Healthy.
-func (s Snapshot) Health(uuid string) Health {
-	h := Healthy
-	for _, c := range s.GPUs[uuid] {
-		switch c.Effect {
-		case resourceapi.DeviceTaintEffectNoExecute:
-			return Unhealthy
-		case resourceapi.DeviceTaintEffectNoSchedule:
-			h = Degraded
-		}
-	}
-	return h
-}
+func (s Snapshot) Health(uuid string) Health { return healthOf(s.GPUs[uuid]) }
 
 // Message joins the conditions' messages of a GPU.
-func (s Snapshot) Message(uuid string) string {
-	var parts []string
-	for _, c := range s.GPUs[uuid] {
-		parts = append(parts, c.Message)
-	}
-	return strings.Join(parts, "; ")
-}
+func (s Snapshot) Message(uuid string) string { return messageOf(s.GPUs[uuid]) }
 
 // Taints of a GPU, in key order.
-func (s Snapshot) Taints(uuid string) []resourceapi.DeviceTaint {
-	conds := s.GPUs[uuid]
+func (s Snapshot) Taints(uuid string) []resourceapi.DeviceTaint { return taintsOf(s.GPUs[uuid]) }
+
+func taintsOf(conds []Condition) []resourceapi.DeviceTaint {
 	if len(conds) == 0 {
 		return nil
 	}

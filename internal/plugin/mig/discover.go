@@ -68,18 +68,31 @@ func Geometry(dev nvml.Device, totalMemory uint64) (*model.MIGGeometry, error) {
 	return g, nil
 }
 
-// ProfileName names a GPU instance profile the way nvidia-smi does:
-// "<slices>g.<memory>gb", memory rounded up to eighths of the GPU and
-// scaled to the GPU's memory in whole GiB, plus "+me" for the media
-// extension profiles.
+// ProfileName names a GPU instance profile the way nvidia-smi and go-nvlib
+// (pkg/nvlib/device MigProfileInfo.String) do: "<slices>g.<memory>gb",
+// memory rounded up to eighths of the GPU and scaled to the GPU's memory in
+// whole GiB, plus the suffix of the profile's variant (profileSuffix).
 func ProfileName(nvmlProfile, slices int, memoryMiB, totalMemory uint64) string {
 	totalGiB := math.Ceil(float64(totalMemory) / (1 << 30))
 	eighths := math.Ceil(float64(memoryMiB<<20) / float64(totalMemory) * 8)
-	name := fmt.Sprintf("%dg.%dgb", slices, int(math.Round(eighths/8*totalGiB)))
-	if nvmlProfile == nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1 || nvmlProfile == nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1 {
-		name += "+me"
-	}
-	return name
+	return fmt.Sprintf("%dg.%dgb", slices, int(math.Round(eighths/8*totalGiB))) + profileSuffix[nvmlProfile]
+}
+
+// profileSuffix names the variants of NVML's GPU instance profile indices
+// as go-nvlib does: REV1 has the media extensions ("+me"), ALL_ME all of
+// them ("+me.all"), GFX graphics ("+gfx"), NO_ME none ("-me"). REV2 (a
+// 1-slice profile with two memory slices) and the plain indices have none;
+// the memory in the name tells REV2 apart.
+var profileSuffix = map[int]string{
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1:   "+me",
+	nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:   "+me",
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME: "+me.all",
+	nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME: "+me.all",
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX:    "+gfx",
+	nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX:    "+gfx",
+	nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX:    "+gfx",
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME:  "-me",
+	nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:  "-me",
 }
 
 // Devices lists the MIG devices that exist on a GPU in MIG mode.
@@ -185,13 +198,24 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // Apply decides per GPU how it is published under mode: GPUs without MIG
-// are always whole (an L4 on a --mig=dynamic node is simply a GPU).
+// are always whole (an L4 on a --mig=dynamic node is simply a GPU). A GPU
+// whose MIG mode only changes with a reset (Ampere, see
+// ToggleWithoutReset) is dynamic only while MIG mode is on, and then
+// without its whole device (model.GPU.MIGModeFixed), as NVIDIA's DRA
+// driver does; with MIG mode off it stays whole.
 func Apply(node *model.Node, mode Mode) {
 	for i := range node.GPUs {
 		g := &node.GPUs[i]
+		g.MIGModeFixed = false
 		switch {
 		case g.MIG == nil || mode == ModeOff:
 			g.Partitioning = model.WholeGPU
+		case mode == ModeDynamic && !ToggleWithoutReset(g.Architecture):
+			if g.MIGEnabled {
+				g.Partitioning, g.MIGModeFixed = model.DynamicMIG, true
+			} else {
+				g.Partitioning = model.WholeGPU
+			}
 		case mode == ModeDynamic:
 			g.Partitioning = model.DynamicMIG
 		case g.MIGEnabled:
@@ -200,6 +224,15 @@ func Apply(node *model.Node, mode Mode) {
 			g.Partitioning = model.WholeGPU
 		}
 	}
+}
+
+// ToggleWithoutReset reports whether a GPU of the architecture (as
+// internal/plugin/discovery names it) switches MIG mode without a GPU
+// reset: Hopper and later do, Ampere does not (nvml.h: SetMigMode "may
+// unbind or reset the device"; NVIDIA's DRA driver: architecture >= Hopper).
+// An architecture this version cannot name counts as needing a reset.
+func ToggleWithoutReset(architecture string) bool {
+	return architecture == "Hopper" || architecture == "Blackwell"
 }
 
 // errNotFound reports NVML's NOT_FOUND (or INVALID_ARGUMENT on a handle that

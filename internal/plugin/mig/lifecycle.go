@@ -115,31 +115,59 @@ var fullComputeProfile = map[int]int{
 // GPU instance ID: NVML hands a free ID to the next instance created.
 var ErrReplaced = errors.New("the GPU instance ID now belongs to another MIG device")
 
+// ErrGPUNeedsReset marks a MIG device that cannot be destroyed because its
+// GPU is lost (ERROR_GPU_IS_LOST), needs a reset (ERROR_RESET_REQUIRED) or
+// is no longer found by its UUID (ERROR_NOT_FOUND: unbound from the
+// driver). The reset or re-bind such a GPU needs destroys its GPU and
+// compute instances, so the caller may count the device as gone.
+var ErrGPUNeedsReset = errors.New("the GPU is lost or needs a reset, which destroys its MIG devices")
+
+// needsReset reports an NVML answer that only a GPU reset ends.
+func needsReset(ret nvml.Return) bool {
+	return ret == nvml.ERROR_GPU_IS_LOST || ret == nvml.ERROR_RESET_REQUIRED
+}
+
 // Destroy removes the MIG device inst (its GPU instance and compute
 // instances) from the GPU. The GPU instance is looked up by ID and must
 // still be inst: the same profile, placement and MIG device UUID (an inst
 // without UUID stands for a GPU instance without compute instance). A
 // device already gone is not an error; if its ID now names another one,
-// that one is left alone and the error wraps ErrReplaced.
+// that one is left alone and the error wraps ErrReplaced. A GPU that is
+// lost, needs a reset or is not found makes the error wrap
+// ErrGPUNeedsReset (and the NVML code).
 func (m *Manager) Destroy(inst Instance) error {
-	dev, err := m.device(inst.ParentUUID)
-	if err != nil {
-		return err
+	dev, ret := m.lib.DeviceGetHandleByUUID(inst.ParentUUID)
+	switch {
+	case needsReset(ret) || ret == nvml.ERROR_NOT_FOUND:
+		return fmt.Errorf("NVML get GPU %s: %w: %w", inst.ParentUUID, ErrGPUNeedsReset, ret)
+	case ret != nvml.SUCCESS:
+		return fmt.Errorf("NVML get GPU %s: %w", inst.ParentUUID, ret)
 	}
 	gi, ret := dev.GetGpuInstanceById(inst.GIID)
 	switch {
 	case gone(ret) || ret == nvml.ERROR_NOT_SUPPORTED:
 		return nil // no such instance, or MIG mode off: nothing to destroy
+	case needsReset(ret):
+		return fmt.Errorf("NVML get GPU instance %d of %s: %w: %w", inst.GIID, inst.ParentUUID, ErrGPUNeedsReset, ret)
 	case ret != nvml.SUCCESS:
 		return fmt.Errorf("NVML get GPU instance %d of %s: %w", inst.GIID, inst.ParentUUID, ret)
 	}
 	if err := sameInstance(dev, gi, inst); err != nil {
-		return fmt.Errorf("MIG device %s (GPU instance %d of %s): %w", inst.UUID, inst.GIID, inst.ParentUUID, err)
+		return fmt.Errorf("MIG device %s (GPU instance %d of %s): %w", inst.UUID, inst.GIID, inst.ParentUUID, resetErr(err))
 	}
 	if err := destroyGI(gi); err != nil {
-		return fmt.Errorf("destroy GPU instance %d of %s: %w", inst.GIID, inst.ParentUUID, err)
+		return fmt.Errorf("destroy GPU instance %d of %s: %w", inst.GIID, inst.ParentUUID, resetErr(err))
 	}
 	return nil
+}
+
+// resetErr adds ErrGPUNeedsReset to an error that carries an NVML code
+// only a reset ends.
+func resetErr(err error) error {
+	if errors.Is(err, nvml.ERROR_GPU_IS_LOST) || errors.Is(err, nvml.ERROR_RESET_REQUIRED) {
+		return fmt.Errorf("%w: %w", ErrGPUNeedsReset, err)
+	}
+	return err
 }
 
 // sameInstance checks that gi is inst, or says what differs (ErrReplaced).
@@ -261,9 +289,15 @@ func (m *Manager) ReleaseForWholeGPU(parentUUID string, geo *model.MIGGeometry) 
 	return setMode(dev, nvml.DEVICE_MIG_DISABLE)
 }
 
+// ErrModePending marks a MIG mode change that waits for a GPU reset.
+var ErrModePending = errors.New("the MIG mode change is pending until the GPU is reset")
+
 // setMode switches MIG mode if it differs. On Hopper and later the switch
-// needs no GPU reset; on Ampere NVML resets the GPU, which fails while any
-// process has it open.
+// needs no GPU reset. On Ampere it does, and NVML may leave the new mode
+// pending (GetMigMode's second value) until one: MIG mode is never turned
+// off there (the plugin does not publish such a GPU whole, see Apply), and
+// a mode that is only pending is an error wrapping ErrModePending, so that
+// no GPU instance is created on a GPU still out of MIG mode.
 func setMode(dev nvml.Device, mode int) error {
 	cur, _, ret := dev.GetMigMode()
 	if ret != nvml.SUCCESS {
@@ -272,12 +306,22 @@ func setMode(dev nvml.Device, mode int) error {
 	if cur == mode {
 		return nil
 	}
-	ret, activation := dev.SetMigMode(mode)
+	if mode == nvml.DEVICE_MIG_DISABLE {
+		if arch, ret := dev.GetArchitecture(); ret != nvml.SUCCESS || arch < nvml.DEVICE_ARCH_HOPPER || arch == nvml.DEVICE_ARCH_UNKNOWN {
+			return fmt.Errorf("MIG mode is not turned off on a GPU that needs a reset to turn it on again (architecture %d): %w", arch, ErrModePending)
+		}
+	}
+	// go-nvml returns the activation status first.
+	activation, ret := dev.SetMigMode(mode)
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("NVML set MIG mode to %d: %w", mode, ret)
 	}
-	if activation != nvml.SUCCESS {
-		return fmt.Errorf("NVML set MIG mode to %d: activation: %w (the GPU needs a reset: stop the processes using it)", mode, activation)
+	cur, pending, ret := dev.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("NVML get MIG mode after setting it to %d: %w", mode, ret)
+	}
+	if cur != mode {
+		return fmt.Errorf("NVML set MIG mode to %d: current %d, pending %d, activation: %w: %w", mode, cur, pending, activation, ErrModePending)
 	}
 	return nil
 }

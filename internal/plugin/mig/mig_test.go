@@ -1,6 +1,7 @@
 package mig_test
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -101,25 +102,58 @@ func TestLifecycle(t *testing.T) {
 func TestApply(t *testing.T) {
 	geo := &model.MIGGeometry{}
 	node := &model.Node{GPUs: []model.GPU{
-		{Minor: 0},                             // L4
-		{Minor: 1, MIGCapable: true, MIG: geo}, // MIG off
-		{Minor: 2, MIGCapable: true, MIG: geo, MIGEnabled: true},
+		{Minor: 0, Architecture: "Ada Lovelace"},                       // L4
+		{Minor: 1, Architecture: "Hopper", MIGCapable: true, MIG: geo}, // MIG off
+		{Minor: 2, Architecture: "Hopper", MIGCapable: true, MIG: geo, MIGEnabled: true},
+		{Minor: 3, Architecture: "Ampere", MIGCapable: true, MIG: geo}, // MIG off: stays whole
+		{Minor: 4, Architecture: "Ampere", MIGCapable: true, MIG: geo, MIGEnabled: true},
 	}}
 	for _, tc := range []struct {
 		mode mig.Mode
 		want []model.Partitioning
+		// whole: which GPUs publish themselves.
+		whole []bool
 	}{
-		{mig.ModeOff, []model.Partitioning{model.WholeGPU, model.WholeGPU, model.WholeGPU}},
-		{mig.ModeStatic, []model.Partitioning{model.WholeGPU, model.WholeGPU, model.StaticMIG}},
-		{mig.ModeDynamic, []model.Partitioning{model.WholeGPU, model.DynamicMIG, model.DynamicMIG}},
+		{mig.ModeOff, []model.Partitioning{model.WholeGPU, model.WholeGPU, model.WholeGPU, model.WholeGPU, model.WholeGPU},
+			[]bool{true, true, true, true, true}},
+		{mig.ModeStatic, []model.Partitioning{model.WholeGPU, model.WholeGPU, model.StaticMIG, model.WholeGPU, model.StaticMIG},
+			[]bool{true, true, false, true, false}},
+		// NVIDIA's DRA driver: an Ampere GPU is dynamic only with MIG
+		// already on, and then without its whole device.
+		{mig.ModeDynamic, []model.Partitioning{model.WholeGPU, model.DynamicMIG, model.DynamicMIG, model.WholeGPU, model.DynamicMIG},
+			[]bool{true, true, true, true, false}},
 	} {
 		mig.Apply(node, tc.mode)
 		for i, g := range node.GPUs {
 			require.Equal(t, tc.want[i], g.Partitioning, "mode %s GPU %d", tc.mode, i)
+			require.Equal(t, tc.whole[i], g.PublishesWhole(), "mode %s GPU %d publishes itself", tc.mode, i)
 		}
 	}
 	_, err := mig.ParseMode("sometimes")
 	require.ErrorContains(t, err, "off, static or dynamic")
+}
+
+// TestAmpereMIGMode: through the simulated library, an A100 keeps a new MIG
+// mode pending until a GPU reset. Create on an A100 with MIG off fails with
+// ErrModePending and creates nothing; with MIG on, MIG devices come and go
+// and MIG mode is never turned off (not even pending), as NVIDIA's driver
+// never turns it off on Ampere.
+func TestAmpereMIGMode(t *testing.T) {
+	s := server(t, "dgx-a100")
+	dev, uuid, geo := gpu0(t, s)
+	m := mig.NewManager(s)
+	_, err := m.Create(uuid, profileOf(t, geo, "1g.5gb"), 0)
+	require.ErrorIs(t, err, mig.ErrModePending)
+	cur, pending, _ := dev.GetMigMode()
+	require.Equal(t, []int{nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE}, []int{cur, pending})
+
+	require.NoError(t, s.Reset(uuid)) // the administrator resets the GPU
+	a, err := m.Create(uuid, profileOf(t, geo, "1g.5gb"), 0)
+	require.NoError(t, err)
+	require.NoError(t, m.Destroy(a))
+	require.ErrorIs(t, m.ReleaseForWholeGPU(uuid, geo), mig.ErrModePending)
+	cur, pending, _ = dev.GetMigMode()
+	require.Equal(t, []int{nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE}, []int{cur, pending}, "MIG mode stays on")
 }
 
 func TestDevicesOfStaticLayout(t *testing.T) {
@@ -197,4 +231,52 @@ func profileOf(t *testing.T, geo *model.MIGGeometry, name string) model.MIGProfi
 	i := slices.IndexFunc(geo.Profiles, func(p model.MIGProfile) bool { return p.Name == name })
 	require.GreaterOrEqual(t, i, 0, name)
 	return geo.Profiles[i]
+}
+
+// TestProfileNames: every NVML profile index variant gets go-nvlib's name
+// (pkg/nvlib/device MigProfileInfo.String), so no two profiles of a GPU
+// share a name, a device name or a profile attribute.
+func TestProfileNames(t *testing.T) {
+	const total = 183359 << 20 // a B200
+	for _, tc := range []struct {
+		idx, slices int
+		memMiB      uint64
+		want        string
+	}{
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 22784, "1g.23gb"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 1, 22784, "1g.23gb+me"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 1, 45568, "1g.45gb"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, 1, 22784, "1g.23gb+gfx"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, 1, 22784, "1g.23gb-me"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, 1, 22784, "1g.23gb+me.all"},
+		{nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1, 2, 45568, "2g.45gb+me"},
+		{nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX, 2, 45568, "2g.45gb+gfx"},
+		{nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME, 2, 45568, "2g.45gb-me"},
+		{nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME, 2, 45568, "2g.45gb+me.all"},
+		{nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX, 4, 91392, "4g.90gb+gfx"},
+		{nvml.GPU_INSTANCE_PROFILE_7_SLICE, 7, 182784, "7g.180gb"},
+	} {
+		require.Equal(t, tc.want, mig.ProfileName(tc.idx, tc.slices, tc.memMiB, total), "profile index %d", tc.idx)
+	}
+	for _, profile := range []string{"hgx-b200", "gh200"} {
+		t.Run(profile, func(t *testing.T) {
+			s := server(t, profile)
+			_, _, geo := gpu0(t, s)
+			names, devices := map[string]bool{}, map[string]bool{}
+			var want []string
+			for _, p := range s.Profile().GPUs[0].Model.MIG.GPUInstanceProfiles {
+				want = append(want, p.Name)
+			}
+			for _, p := range geo.Profiles {
+				require.False(t, names[p.Name], "profile name %s twice", p.Name)
+				names[p.Name] = true
+				for _, start := range p.Placements {
+					d := model.MIGDeviceName(&model.GPU{}, p.Name, start)
+					require.False(t, devices[d], "device name %s twice", d)
+					devices[d] = true
+				}
+			}
+			require.ElementsMatch(t, want, slices.Collect(maps.Keys(names)))
+		})
+	}
 }

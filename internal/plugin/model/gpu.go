@@ -52,6 +52,10 @@ type GPU struct {
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
 	// Partitioning is how the plugin publishes the GPU (see internal/plugin/mig.Apply).
 	Partitioning Partitioning `json:"partitioning,omitempty"`
+	// MIGModeFixed: the GPU's MIG mode changes only with a GPU reset
+	// (Ampere), so a dynamically partitioned one publishes its placements
+	// but not itself, and its MIG mode is never switched.
+	MIGModeFixed bool `json:"migModeFixed,omitempty"`
 	// Unreachable is set on a GPU that NVML counts but could not describe
 	// at start-up, published from its last known identity (internal/plugin/inventory):
 	// why, as the value of the lost taint ("gpu-is-lost", "reset-required"

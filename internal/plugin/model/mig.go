@@ -85,12 +85,18 @@ type MIGDevice struct {
 // MIGDeviceName is the ResourceSlice name of the MIG device of profile at
 // placement start on gpu: "gpu-0-mig-1g10gb-3". The name is stable (it does
 // not depend on instance IDs) and a DNS label: characters other than
-// letters and digits are dropped from the profile ("1g.10gb+me" → "1g10gbme").
+// letters and digits are dropped from the profile ("1g.10gb+me" → "1g10gbme",
+// "1g.23gb+me.all" → "1g23gbmeall"), except that the "-" of a profile
+// without media extensions becomes "no" ("1g.23gb-me" → "1g23gbnome"), so
+// that it differs from the "+me" profile of the same size.
 func MIGDeviceName(gpu *GPU, profile string, start int) string {
 	var b strings.Builder
 	for _, c := range strings.ToLower(profile) {
-		if (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') {
+		switch {
+		case (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'):
 			b.WriteRune(c)
+		case c == '-':
+			b.WriteString("no")
 		}
 	}
 	return fmt.Sprintf("%s-mig-%s-%d", gpu.DeviceName(), b.String(), start)
@@ -103,8 +109,11 @@ func IsMIGDeviceName(name string) bool { return strings.Contains(name, "-mig-") 
 // CounterSetName names the shared counters of a dynamically partitioned GPU.
 func (g GPU) CounterSetName() string { return deviceNamePrefix + strconv.Itoa(g.Minor) + "-mig" }
 
-// PublishesWhole reports whether the GPU itself is a published device.
-func (g GPU) PublishesWhole() bool { return g.Partitioning != StaticMIG }
+// PublishesWhole reports whether the GPU itself is a published device: not
+// in static MIG mode, nor a dynamic GPU whose MIG mode is fixed.
+func (g GPU) PublishesWhole() bool {
+	return g.Partitioning != StaticMIG && (g.Partitioning != DynamicMIG || !g.MIGModeFixed)
+}
 
 // PublishedMIGProfiles are the profiles whose placements a dynamically
 // partitioned GPU publishes: those of its geometry less the unpublished ones.

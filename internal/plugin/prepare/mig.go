@@ -194,7 +194,8 @@ func migError(err error) error {
 // teardownMIG destroys the dynamic MIG devices a record created. One that
 // is gone is done with, also when another MIG device has its GPU instance
 // ID now (it is not the claim's to destroy). So is one whose GPU the node
-// no longer has, or whose GPU is lost (the reset it needs clears its MIG
+// no longer has, or whose GPU is lost, needs a reset or is no longer found
+// (mig.ErrGPUNeedsReset: the reset or re-bind it needs clears its MIG
 // devices): that does not keep the claim from being released.
 func (m *Manager) teardownMIG(ctx context.Context, rec *checkpoint.ClaimRecord) error {
 	for _, d := range rec.Devices {
@@ -212,9 +213,9 @@ func (m *Manager) teardownMIG(ctx context.Context, rec *checkpoint.ClaimRecord) 
 		case errors.Is(err, mig.ErrReplaced):
 			klog.FromContext(ctx).Info("MIG device of the claim is already gone; another MIG device has its GPU instance ID and is left alone",
 				"claim", rec.Namespace+"/"+rec.Name, "device", d.Name, "uuid", d.UUID, "gi", d.MIG.GIID, "detail", err.Error())
-		case errors.Is(err, nvml.ERROR_GPU_IS_LOST):
-			klog.FromContext(ctx).Info("MIG device of the claim not destroyed: its GPU is lost", "claim", rec.Namespace+"/"+rec.Name,
-				"device", d.Name, "uuid", d.UUID)
+		case errors.Is(err, mig.ErrGPUNeedsReset) || errors.Is(err, nvml.ERROR_GPU_IS_LOST):
+			klog.FromContext(ctx).Info("MIG device of the claim not destroyed: its GPU is lost or needs a reset, which destroys it",
+				"claim", rec.Namespace+"/"+rec.Name, "device", d.Name, "uuid", d.UUID, "detail", err.Error())
 		case err != nil:
 			return fmt.Errorf("destroy MIG device %s (%s): %w", d.Name, d.UUID, err)
 		}

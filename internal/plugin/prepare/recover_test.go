@@ -13,6 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpudra/gpudra/internal/plugin/mig"
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 const longSlice = `{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}`
@@ -141,6 +142,37 @@ func TestUnprepareMIGDeviceOfALostGPU(t *testing.T) {
 	require.Nil(t, rec)
 	require.Empty(t, m.holders("gpu-1-mig-1g10gb-3"))
 	require.NoFileExists(t, m.cfg.CDI.SpecPath("uid-a"))
+}
+
+// The simulated GPU answers what real NVML does for a GPU that is lost,
+// needs a reset, or was unbound from the driver (its UUID not found): the
+// reset or re-bind it needs clears its MIG devices, so unprepare releases
+// the claim instead of failing until then.
+func TestUnprepareMIGDeviceOfABrokenGPU(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(s *sim.Server, uuid string) error
+	}{
+		{"lost", func(s *sim.Server, uuid string) error { return s.SetLost(uuid, true) }},
+		{"reset required", func(s *sim.Server, uuid string) error { return s.SetResetRequired(uuid, true) }},
+		{"not found (unbound)", func(s *sim.Server, uuid string) error { return s.SetUnbound(uuid, true) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newMIGEnv(t, "dgx-h100", mig.ModeDynamic)
+			m, _ := e.manager()
+			c := gpuClaim("uid-a", "a", "gpu-1-mig-1g10gb-3")
+			_, err := m.Prepare(ctx(t), c)
+			require.NoError(t, err)
+			require.NoError(t, tc.fault(e.srv, e.node.GPUs[1].UUID))
+			require.NoError(t, m.Unprepare(ctx(t), ref(c)))
+			rec, err := m.cfg.Checkpoints.Get("uid-a")
+			require.NoError(t, err)
+			require.Nil(t, rec)
+			require.NoFileExists(t, m.cfg.CDI.SpecPath("uid-a"))
+			require.NoError(t, e.srv.Reset(e.node.GPUs[1].UUID))
+			require.Empty(t, e.instances(1), "the reset took the MIG device")
+		})
+	}
 }
 
 func requireGauge(t *testing.T, reg *prometheus.Registry, name string, want float64) {

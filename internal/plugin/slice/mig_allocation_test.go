@@ -41,6 +41,10 @@ func dynamicNode(t *testing.T, profile string) (*model.Node, *sim.Server, []*res
 	t.Helper()
 	p, err := sim.Load(profile, nil)
 	require.NoError(t, err)
+	for i := range p.GPUs {
+		// An A100 is dynamic only with MIG mode already on (mig.Apply).
+		p.GPUs[i].MIGEnabled = p.GPUs[i].Model.MIG != nil && p.GPUs[i].Model.Architecture == nvml.DEVICE_ARCH_AMPERE
+	}
 	server := sim.NewServer(p, "n1")
 	require.Equal(t, nvml.SUCCESS, server.Init())
 	t.Cleanup(func() { _ = server.Shutdown() })
@@ -118,6 +122,9 @@ func TestDynamicMIGAllocationsAreRealizable(t *testing.T) {
 		// The allocator places 3g.20gb at slice 0 (the first placement), so
 		// 2g.10gb lands at 4 and only one 1g.5gb fits (slice 7 has no 1g).
 		{"dgx-a100", []string{"3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb", "1g.5gb"}, 3},
+		// B200 variants: +me.all takes every decoder and the OFA, so +me
+		// cannot join it; -me needs no media engine.
+		{"hgx-b200", []string{"1g.23gb+me.all", "1g.23gb+me", "1g.23gb-me", "2g.45gb-me"}, 3},
 	} {
 		t.Run(tc.profile+"/"+strings.Join(tc.sequence, ","), func(t *testing.T) {
 			node, server, slices := dynamicNode(t, tc.profile)

@@ -39,7 +39,7 @@ func TestNVIDIAAttributes(t *testing.T) {
 	for _, tc := range []struct {
 		profile string
 		mode    mig.Mode
-	}{{"testdata/static-mig.yaml", mig.ModeStatic}, {"mixed", mig.ModeDynamic}} {
+	}{{"testdata/static-mig.yaml", mig.ModeStatic}, {"dgx-h100", mig.ModeDynamic}} {
 		t.Run(tc.profile, func(t *testing.T) {
 			migs := 0
 			for _, s := range nvidiaSlices(t, tc.profile, tc.mode) {
