@@ -72,6 +72,9 @@ func TestNvcdiDiscovery(t *testing.T) {
 			opts := testInputs(t, profile)
 			require.NoError(t, Generate(opts))
 			root := opts.Dir
+			hook := filepath.Join(root, "plugin-dir", "nvidia-cdi-hook")
+			require.NoError(t, os.MkdirAll(filepath.Dir(hook), 0o755))
+			require.NoError(t, os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755))
 			srv, gpus := simulated(t, profile, nil)
 			version, _ := srv.SystemGetDriverVersion()
 			logger := &testLogger{t: t}
@@ -81,7 +84,7 @@ func TestNvcdiDiscovery(t *testing.T) {
 				nvcdi.WithDriverRoot(root),
 				nvcdi.WithDevRoot(root),
 				// The plugin names its installed copy; any path under the root will do here.
-				nvcdi.WithNVIDIACDIHookPath(filepath.Join(root, "plugin-dir", "nvidia-cdi-hook")),
+				nvcdi.WithNVIDIACDIHookPath(hook),
 				nvcdi.WithLogger(logger),
 				// Hermetic: never the host's libnvidia-sandboxutils.
 				nvcdi.WithFeatureFlags(nvcdi.FeatureDisableNvsandboxUtils),

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpudra/gpudra/test/nvmlsim"
 )
 
 // TestMPSControlBinary checks that the fake behaves like the real
@@ -29,7 +31,9 @@ func TestMPSControlBinary(t *testing.T) {
 	// A deep directory: the socket path is longer than a unix address holds.
 	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), "12345678-0000-0000-0000-000000000001")
 	pipe, logDir := filepath.Join(dir, "pipe"), filepath.Join(dir, "log")
-	env := append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_LOG_DIRECTORY="+logDir, "CUDA_VISIBLE_DEVICES=GPU-a")
+	preload, err := nvmlsim.ToolEnv() // it needs libnvidia-ml, like the real tool
+	require.NoError(t, err)
+	env := append(append(os.Environ(), preload...), "CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_LOG_DIRECTORY="+logDir, "CUDA_VISIBLE_DEVICES=GPU-a")
 
 	client := func(cmds string) (string, error) {
 		cmd := exec.Command(bin)

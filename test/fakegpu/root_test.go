@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpudra/gpudra/test/nvmlsim"
 )
 
 // fakeRoot makes <tmp>/usr/bin and, when withState, <tmp>/var/lib/gpudra-sim.
@@ -127,7 +129,9 @@ func TestInstalledNvidiaSMI(t *testing.T) {
 
 	const uuid = "GPU-c430a68b-d9df-5dd3-aa1b-d89185d86591"
 	cmd := exec.Command(smi, "compute-policy", "-i", uuid, "--set-timeslice=3")
-	cmd.Env = append(withoutEnv(os.Environ(), StateDirEnv), StateDirEnv+"=")
+	preload, err := nvmlsim.ToolEnv() // it needs libnvidia-ml, like the real tool
+	require.NoError(t, err)
+	cmd.Env = append(append(withoutEnv(os.Environ(), StateDirEnv), StateDirEnv+"="), preload...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Run(), stderr.String())

@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
+
+	"github.com/gpudra/gpudra/test/repo"
 )
 
 // LibPackage is the main package of the simulated library.
@@ -40,4 +44,48 @@ func Build(ctx context.Context, out string) error {
 	}
 	_ = os.Remove(strings.TrimSuffix(out, ".so") + ".h")
 	return nil
+}
+
+var (
+	testLibOnce sync.Once
+	testLib     string
+	testLibErr  error
+)
+
+// TestLibrary builds the library once per process into
+// _output/test/nvmlsim of the module and returns its path, for tests that
+// start the fake driver tools without a fake driver root: like the real
+// tools they load libnvidia-ml.so.1 and need it preloaded (ToolEnv).
+func TestLibrary() (string, error) {
+	testLibOnce.Do(func() {
+		root, err := repo.Root()
+		if err != nil {
+			testLibErr = err
+			return
+		}
+		dir := filepath.Join(root, "_output", "test", "nvmlsim")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			testLibErr = err
+			return
+		}
+		out := filepath.Join(dir, "libnvidia-ml-sim.so")
+		tmp := fmt.Sprintf("%s.%d", out, os.Getpid())
+		if err := Build(context.Background(), tmp); err != nil {
+			testLibErr = err
+			return
+		}
+		testLib, testLibErr = out, os.Rename(tmp, out)
+	})
+	return testLib, testLibErr
+}
+
+// ToolEnv is the environment addition that starts a fake driver tool the
+// way the plugin starts a driver root's tools: with only the (simulated)
+// libnvidia-ml.so.1 preloaded.
+func ToolEnv() ([]string, error) {
+	lib, err := TestLibrary()
+	if err != nil {
+		return nil, fmt.Errorf("build the simulated NVML library for the fake tools: %w", err)
+	}
+	return []string{"LD_PRELOAD=" + lib}, nil
 }

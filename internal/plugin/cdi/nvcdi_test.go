@@ -29,6 +29,8 @@ import (
 func TestNvcdiEditsNameHostPaths(t *testing.T) {
 	seen, srv, node := nvcdiFixture(t)
 	const host = "/host/run/nvidia/driver"
+	// A toolkit's hook in the root (the fake root brings none).
+	require.NoError(t, os.WriteFile(seen+"/usr/bin/nvidia-cdi-hook", []byte("#!/bin/sh\n"), 0o755))
 
 	for _, tc := range []struct {
 		name     string

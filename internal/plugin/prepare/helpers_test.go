@@ -26,6 +26,8 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/sharing"
 	"github.com/gpudra/gpudra/internal/shared/compat"
+
+	"github.com/gpudra/gpudra/test/nvmlsim"
 )
 
 const (
@@ -85,7 +87,7 @@ func (e *env) tryManager() (*Manager, RecoverReport, error) {
 		// The fake daemon, like the real one, outlives its directory.
 		e.t.Cleanup(func() { killDaemonsUnder(e.mpsRoot) })
 	}
-	mps, err := sharing.NewMPSControl(sharing.MPSOptions{ControlPath: fakeMPSControl(e.t), Root: e.mpsRoot})
+	mps, err := sharing.NewMPSControl(sharing.MPSOptions{ControlPath: fakeMPSControl(e.t), Root: e.mpsRoot, Env: fakeToolEnv(e.t)})
 	require.NoError(e.t, err)
 	m, err := New(Config{Names: compat.Default(), PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir,
 		TimeSlicer: e.slicer, MPS: mps, OnMPSDaemon: e.recordMPS})
@@ -249,6 +251,14 @@ func fakeMPSControl(t testing.TB) string {
 	})
 	require.NoError(t, fakeMPSErr)
 	return fakeMPSPath
+}
+
+// fakeToolEnv starts the fake tools as the plugin starts a driver root's:
+// with only the (simulated) libnvidia-ml preloaded.
+func fakeToolEnv(t testing.TB) []string {
+	env, err := nvmlsim.ToolEnv()
+	require.NoError(t, err)
+	return env
 }
 
 func (e *env) recordMPS(ev MPSDaemonEvent) {

@@ -129,7 +129,7 @@ func prepareAgain(t *testing.T, _ *env, m *Manager) *Manager {
 func TestMPSOrphanOfAnotherInstance(t *testing.T) {
 	e := newEnv(t, 1)
 	_, _ = e.manager()
-	other, err := sharing.NewMPSControl(sharing.MPSOptions{ControlPath: fakeMPSControl(t), Root: e.mpsRoot})
+	other, err := sharing.NewMPSControl(sharing.MPSOptions{ControlPath: fakeMPSControl(t), Root: e.mpsRoot, Env: fakeToolEnv(t)})
 	require.NoError(t, err)
 	d := &sharing.MPSDaemon{Devices: []string{e.node.GPUs[0].UUID}}
 	require.NoError(t, other.Start(ctx(t), uidB, d))

@@ -29,6 +29,7 @@ const (
 	helperEnv        = "GPUDRA_MPS_TEST_HELPER"
 	helperRootEnv    = "GPUDRA_MPS_TEST_ROOT"
 	helperControlEnv = "GPUDRA_MPS_TEST_CONTROL"
+	helperPreloadEnv = "GPUDRA_MPS_TEST_PRELOAD"
 )
 
 // helperDaemon is what pod A starts for a claim.
@@ -40,7 +41,9 @@ func helperDaemon() *MPSDaemon {
 // claim's daemon and answers "ok <pid>" (or "err <message>"); it exits at
 // the end of its input.
 func runPluginHelper() int {
-	c, err := NewMPSControl(MPSOptions{ControlPath: os.Getenv(helperControlEnv), Root: os.Getenv(helperRootEnv)})
+	// The parent's toolEnv (TestMain built the library once).
+	env := []string{"LD_PRELOAD=" + os.Getenv(helperPreloadEnv)}
+	c, err := NewMPSControl(MPSOptions{ControlPath: os.Getenv(helperControlEnv), Root: os.Getenv(helperRootEnv), Env: env})
 	if err != nil {
 		fmt.Println("err", err)
 		return 1
@@ -79,7 +82,8 @@ func startPodA(t *testing.T, root string) *podA {
 		t.Skipf("unshare --pid --fork --mount-proc does not work here: %v: %s", err, out)
 	}
 	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", helperRootEnv+"="+root, helperControlEnv+"="+fakeControl())
+	cmd.Env = append(os.Environ(), helperEnv+"=1", helperRootEnv+"="+root, helperControlEnv+"="+fakeControl(),
+		helperPreloadEnv+"="+strings.TrimPrefix(toolEnv[0], "LD_PRELOAD="))
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)

@@ -48,7 +48,7 @@ func newMPS(t *testing.T, control, root string) *MPSControl {
 		require.NoError(t, err)
 		t.Cleanup(func() { stopAll(t, root); _ = os.RemoveAll(root) })
 	}
-	c, err := NewMPSControl(MPSOptions{ControlPath: control, Root: root, StartTimeout: 5 * time.Second,
+	c, err := NewMPSControl(MPSOptions{ControlPath: control, Root: root, Env: toolEnv, StartTimeout: 5 * time.Second,
 		StopTimeout: 2 * time.Second, ProbeTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	return c

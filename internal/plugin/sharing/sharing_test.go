@@ -14,9 +14,15 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
+
+	"github.com/gpudra/gpudra/test/nvmlsim"
 )
 
 var binDir string
+
+// toolEnv starts the fake tools as the plugin starts a driver root's: with
+// only the (simulated) libnvidia-ml preloaded (set by TestMain).
+var toolEnv []string
 
 // TestMain builds the fake nvidia-smi and MPS control once: the code under
 // test runs them as real processes, as on a simulated node. Started with
@@ -37,6 +43,11 @@ func TestMain(m *testing.M) {
 			panic(fmt.Sprintf("build %s: %v\n%s", name, err, out))
 		}
 	}
+	env, err := nvmlsim.ToolEnv()
+	if err != nil {
+		panic(err)
+	}
+	toolEnv = env
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
@@ -133,7 +144,7 @@ func TestContainerEdits(t *testing.T) {
 func TestNvidiaSMI(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	state := t.TempDir()
-	smi := NvidiaSMI{Path: filepath.Join(binDir, "gpudra-fake-nvidia-smi"), Env: []string{SimulatedStateDirEnv + "=" + state}}
+	smi := NvidiaSMI{Path: filepath.Join(binDir, "gpudra-fake-nvidia-smi"), Env: append([]string{SimulatedStateDirEnv + "=" + state}, toolEnv...)}
 	for _, tc := range []struct {
 		interval v1alpha1.TimeSliceInterval
 		want     string
