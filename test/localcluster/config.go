@@ -29,6 +29,9 @@ type NodeSpec struct {
 	Slot int `json:"slot"`
 	// Labels the kubelet registers the node with (--node-labels).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Layout names the node's driver installation (DriverLayouts); "" is
+	// host.
+	Layout string `json:"layout,omitempty"`
 }
 
 // Config of a cluster. `up` records it in cluster.json; later commands act

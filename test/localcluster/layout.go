@@ -82,8 +82,10 @@ func (n NodeLayout) HostPath(nodePath string) string {
 // of the node's own directories (nodeBinds), else the host's own path.
 func (n NodeLayout) HostPathOf(nodePath string) string {
 	clean := filepath.Clean(nodePath)
-	if rest, ok := cutPath(clean, SimDriverRoot); ok {
-		return filepath.Join(n.DriverRoot(), rest)
+	for _, l := range DriverLayouts {
+		if rest, ok := cutPath(clean, l.NodePath); ok {
+			return filepath.Join(n.DriverRoot(), rest)
+		}
 	}
 	for _, b := range nodeBinds {
 		if rest, ok := cutPath(clean, b); ok {
@@ -112,6 +114,42 @@ const (
 	KubeletRoot      = "/var/lib/kubelet"
 	SimDriverRoot    = "/var/lib/gpudra-sim/driver-root"
 )
+
+// DriverLayout is a driver installation a node can have: where the node
+// sees its driver root, the fake root's layout (test/fakedriver Layouts),
+// and the chart value that installs the plugin for it.
+type DriverLayout struct {
+	Name string
+	// NodePath is the driver root as the node (and the chart's
+	// nvidiaDriverRoot) names it.
+	NodePath string
+	// Fake is the fakedriver layout of the simulated root.
+	Fake string
+}
+
+// DriverLayouts are the driver installations of simulated nodes:
+//   - host: a driver on the host. Its root would be /, which a simulated
+//     node cannot replace on a shared machine: the root is at SimDriverRoot
+//     instead, in the same layout (values-simulated.yaml's nvidiaDriverRoot).
+//   - operator: the GPU Operator's driver container, /run/nvidia/driver.
+//   - gke: GKE's /home/kubernetes/bin/nvidia (lib64, bin).
+var DriverLayouts = map[string]DriverLayout{
+	"host":     {Name: "host", NodePath: SimDriverRoot, Fake: "host"},
+	"operator": {Name: "operator", NodePath: "/run/nvidia/driver", Fake: "host"},
+	"gke":      {Name: "gke", NodePath: "/home/kubernetes/bin/nvidia", Fake: "gke"},
+}
+
+// driverLayout is a node's layout ("" is host).
+func driverLayout(name string) (DriverLayout, error) {
+	if name == "" {
+		name = "host"
+	}
+	l, ok := DriverLayouts[name]
+	if !ok {
+		return l, fmt.Errorf("unknown driver layout %q: want host, operator or gke", name)
+	}
+	return l, nil
+}
 
 // nodeBinds are the node paths that get a directory of their own per node
 // (under <node>/fs), so that every node looks like a standard host: the

@@ -40,8 +40,12 @@ func (c *Cluster) prepareNode(ctx context.Context, spec NodeSpec) error {
 			return err
 		}
 	}
+	layout, err := driverLayout(spec.Layout)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", spec.Name, err)
+	}
 	if err := fakedriver.Generate(fakedriver.Options{Dir: n.DriverRoot(), Profile: spec.Profile, Node: spec.Name,
-		NVMLLibrary: c.cfg.SimNVMLLibrary, ToolsDir: c.cfg.BinDir}); err != nil {
+		NVMLLibrary: c.cfg.SimNVMLLibrary, ToolsDir: c.cfg.BinDir, Layout: layout.Fake}); err != nil {
 		return fmt.Errorf("node %s: %w", spec.Name, err)
 	}
 	if err := c.createMountNamespace(ctx, n); err != nil {
@@ -61,7 +65,7 @@ func (c *Cluster) prepareNode(ctx context.Context, spec NodeSpec) error {
 			return err
 		}
 	}
-	if err := bind(n.DriverRoot(), SimDriverRoot); err != nil {
+	if err := bind(n.DriverRoot(), layout.NodePath); err != nil {
 		return err
 	}
 	return c.makeCgroups(spec.Name)

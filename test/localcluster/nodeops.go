@@ -33,13 +33,18 @@ type NodeGroup struct {
 	// NodeSelector is the one node label of the group's nodes.
 	NodeSelector map[string]string `json:"nodeSelector"`
 	// MIG is the group's kubeletPlugin.mig; empty keeps the chart's.
-	MIG       string   `json:"mig,omitempty"`
-	ExtraArgs []string `json:"extraArgs,omitempty"`
+	MIG string `json:"mig,omitempty"`
+	// NvidiaDriverRoot is the group's kubeletPlugin.nvidiaDriverRoot, the
+	// root of its nodes' driver layout; empty keeps the chart's.
+	NvidiaDriverRoot string   `json:"nvidiaDriverRoot,omitempty"`
+	ExtraArgs        []string `json:"extraArgs,omitempty"`
 }
 
 // NodeGroupFor is the node group of a node added with its own plugin flags:
 // named after the node, selected by PluginProfileLabel=<node>; --mig=X sets
-// the group's mig value, the other flags are its extraArgs.
+// the group's mig value, --layout=L (not a plugin flag: the node's driver
+// installation, DriverLayouts) its nvidiaDriverRoot, the other flags are
+// its extraArgs.
 func NodeGroupFor(node string, pluginFlags []string) (NodeGroup, error) {
 	g := NodeGroup{Name: node, NodeSelector: map[string]string{PluginProfileLabel: node}}
 	for _, f := range pluginFlags {
@@ -48,6 +53,14 @@ func NodeGroupFor(node string, pluginFlags []string) (NodeGroup, error) {
 		}
 		if v, ok := strings.CutPrefix(f, "--mig="); ok {
 			g.MIG = v
+			continue
+		}
+		if v, ok := strings.CutPrefix(f, "--layout="); ok {
+			l, err := driverLayout(v)
+			if err != nil {
+				return g, err
+			}
+			g.NvidiaDriverRoot = l.NodePath
 			continue
 		}
 		g.ExtraArgs = append(g.ExtraArgs, f)
@@ -192,6 +205,11 @@ func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec, pluginFlags ...str
 		return fmt.Errorf("node %q with profile %q: want a DNS label and a profile", spec.Name, spec.Profile)
 	}
 	spec.Slot = c.freeSlot()
+	for _, f := range pluginFlags {
+		if v, ok := strings.CutPrefix(f, "--layout="); ok {
+			spec.Layout = v
+		}
+	}
 	if len(pluginFlags) > 0 {
 		g, err := NodeGroupFor(spec.Name, pluginFlags)
 		if err != nil {

@@ -13,6 +13,7 @@ this DaemonSet must meet besides values.nodeSelector and values.affinity).
 {{- $pluginsDir := printf "%s/plugins" (trimSuffix "/" $root.Values.kubeletRoot) }}
 {{- $dataDir := printf "%s/%s" $pluginsDir (include "gpudra.driverName" $root) }}
 {{- $registryDir := printf "%s/plugins_registry" (trimSuffix "/" $root.Values.kubeletRoot) }}
+{{- $driverRoot := $p.nvidiaDriverRoot | default $root.Values.nvidiaDriverRoot }}
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -81,7 +82,7 @@ spec:
         # NVML and the driver's files are read at /driver-root (the mount
         # below); CDI specs name them as the host sees them.
         - --nvidia-driver-root=/driver-root
-        - --host-driver-root={{ $root.Values.nvidiaDriverRoot }}
+        - --host-driver-root={{ $driverRoot }}
         {{- with $p.nvidiaCDIHookPath }}
         - --nvidia-cdi-hook-path={{ . }}
         {{- end }}
@@ -196,7 +197,7 @@ spec:
           type: DirectoryOrCreate
       - name: driver-root
         hostPath:
-          path: {{ $root.Values.nvidiaDriverRoot }}
+          path: {{ $driverRoot }}
           type: Directory
       - name: dev
         hostPath:
