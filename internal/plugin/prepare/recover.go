@@ -338,7 +338,7 @@ func (m *Manager) removeMPSOrphans(ctx context.Context, rep *RecoverReport) {
 		rec, err := m.cfg.Checkpoints.Get(uid)
 		return err != nil || rec != nil
 	}
-	orphans, err := m.cfg.MPS.Orphans(known)
+	orphans, err := m.cfg.MPS.Orphans(ctx, known)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "MPS control daemons without a record not stopped; tried again at the next start")
 		return
