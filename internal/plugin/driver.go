@@ -161,6 +161,9 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
+	if err := o.configureMPS(ctx, mps, client); err != nil {
+		return nil, err
+	}
 	// Events first: recovery reports MPS daemons it had to start again.
 	events := newEventSink(ctx, client, o, prepare.NewPrepared(store))
 	manager, err := prepare.New(prepare.Config{

@@ -54,3 +54,8 @@ func (c *MPSControl) UseRunner(r DaemonRunner, o RunnerOptions) {
 		c.opts.StopTimeout = o.StopTimeout
 	}
 }
+
+// UseShm sets MPSOptions.ShmTmpfs and ShmSize. Call it before c is used.
+func (c *MPSControl) UseShm(tmpfs bool, size string) {
+	c.opts.ShmTmpfs, c.opts.ShmSize = tmpfs, size
+}
