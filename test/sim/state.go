@@ -33,6 +33,9 @@ type GPUState struct {
 	UUID         string         `json:"uuid"`
 	MIGEnabled   bool           `json:"migEnabled"`
 	MIGCounter   uint64         `json:"migCounter,omitempty"`
+	// ComputeMode is the GPU's nvml.ComputeMode (0: DEFAULT), kept like the
+	// MIG state so that a restarted plugin, and tests, see what was set.
+	ComputeMode int `json:"computeMode,omitempty"`
 	GPUInstances []GPUInstState `json:"gpuInstances,omitempty"`
 }
 
@@ -115,6 +118,7 @@ func (s *Server) restoreLocked(st *State) error {
 			d.migMode = nvml.DEVICE_MIG_ENABLE
 		}
 		d.migCounter = g.MIGCounter
+		d.computeMode = nvml.ComputeMode(g.ComputeMode)
 		if len(g.GPUInstances) > 0 && d.model().MIG == nil {
 			return fmt.Errorf("GPU %d is not MIG-capable but has GPU instances", i)
 		}
@@ -161,7 +165,7 @@ func (s *Server) persistLocked() {
 func (s *Server) saveLocked() error {
 	st := State{Node: s.nodeName, Profile: s.profile.Name}
 	for _, d := range s.devices {
-		g := GPUState{UUID: d.uuid, MIGEnabled: d.migMode == nvml.DEVICE_MIG_ENABLE, MIGCounter: d.migCounter}
+		g := GPUState{UUID: d.uuid, MIGEnabled: d.migMode == nvml.DEVICE_MIG_ENABLE, MIGCounter: d.migCounter, ComputeMode: int(d.computeMode)}
 		for _, gi := range d.sortedGIsLocked() {
 			gs := GPUInstState{ID: gi.info.Id, Profile: gi.prof.Name, Start: int(gi.info.Placement.Start)}
 			for _, ci := range gi.sortedCIsLocked() {
