@@ -59,8 +59,8 @@ type Options struct {
 	MPSCheckInterval time.Duration
 	// MPSDaemon: where MPS control daemons run (mpsdaemons.go).
 	MPSDaemon MPSDaemonOptions
-	Health           HealthOptions
-	Telemetry        TelemetryOptions
+	Health    HealthOptions
+	Telemetry TelemetryOptions
 }
 
 // EnvVars are the flags a DaemonSet sets from the downward API (the

@@ -110,6 +110,7 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 	m.removeOrphans(ctx, &rep)
 	m.removeMPSOrphans(ctx, &rep)
 	rep.TimeSliceRestoresPending = m.retryTimeSliceRestores(ctx)
+	m.retryComputeModeRestores(ctx)
 
 	for _, f := range rep.Failed {
 		logger.Error(f.Err, "Recovery failed; the claim stays recorded until the kubelet unprepares it",
