@@ -30,12 +30,12 @@ type State struct {
 
 // GPUState is the MIG state of one GPU.
 type GPUState struct {
-	UUID         string         `json:"uuid"`
-	MIGEnabled   bool           `json:"migEnabled"`
-	MIGCounter   uint64         `json:"migCounter,omitempty"`
+	UUID       string `json:"uuid"`
+	MIGEnabled bool   `json:"migEnabled"`
+	MIGCounter uint64 `json:"migCounter,omitempty"`
 	// ComputeMode is the GPU's nvml.ComputeMode (0: DEFAULT), kept like the
 	// MIG state so that a restarted plugin, and tests, see what was set.
-	ComputeMode int `json:"computeMode,omitempty"`
+	ComputeMode  int            `json:"computeMode,omitempty"`
 	GPUInstances []GPUInstState `json:"gpuInstances,omitempty"`
 }
 
