@@ -25,6 +25,7 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/inventory"
 	"github.com/gpudra/gpudra/internal/plugin/mig"
 	"github.com/gpudra/gpudra/internal/plugin/prepare"
+	"github.com/gpudra/gpudra/internal/plugin/sharing"
 	"github.com/gpudra/gpudra/internal/plugin/slice"
 )
 
@@ -161,11 +162,15 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if err != nil {
 		return nil, err
 	}
+	if err := o.configureMPS(ctx, mps, client); err != nil {
+		return nil, err
+	}
 	// Events first: recovery reports MPS daemons it had to start again.
 	events := newEventSink(ctx, client, o, prepare.NewPrepared(store))
 	manager, err := prepare.New(prepare.Config{
 		Names: o.names, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
 		LockDir: filepath.Join(o.PluginDataDir(), "locks"), MIG: mig.NewManager(gpus.Lib), TimeSlicer: slicer, MPS: mps,
+		ComputeMode: sharing.NVMLComputeMode{Lib: gpus.Lib},
 		OnMPSDaemon: events.mpsDaemon,
 	})
 	if err != nil {

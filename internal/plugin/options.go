@@ -60,8 +60,10 @@ type Options struct {
 	// MPSCheckInterval is how often the MPS daemons of prepared claims are
 	// checked (0: never; see superviseMPS).
 	MPSCheckInterval time.Duration
-	Health           HealthOptions
-	Telemetry        TelemetryOptions
+	// MPSDaemon: where MPS control daemons run (mpsdaemons.go).
+	MPSDaemon MPSDaemonOptions
+	Health    HealthOptions
+	Telemetry TelemetryOptions
 }
 
 // EnvVars are the flags a DaemonSet sets from the downward API (the
@@ -69,7 +71,7 @@ type Options struct {
 // client reads. The command applies them with envflag.Bind: a flag given on
 // the command line wins.
 var EnvVars = []envflag.Var{{Flag: "node-name", Env: "NODE_NAME"}, {Flag: "pod-uid", Env: "POD_UID"},
-	{Flag: "kubeconfig", Env: "KUBECONFIG"}}
+	{Flag: "kubeconfig", Env: "KUBECONFIG"}, {Flag: "mps-daemon-namespace", Env: "POD_NAMESPACE"}}
 
 // InspectEnvVars are EnvVars of the inspect command.
 var InspectEnvVars = []envflag.Var{{Flag: "node-name", Env: "NODE_NAME"}}
@@ -123,6 +125,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
 		"Also fsync the checkpoint directory after each record write. Record contents are always fsynced before the rename; a rename lost to a power failure only matters within a boot, and records of an earlier boot are discarded anyway.")
 	o.addSharingToolFlags(fs)
+	o.addMPSDaemonFlags(fs)
 }
 
 // resolveNames resolves --compatibility and --driver-name into the names
@@ -174,6 +177,9 @@ func (o *Options) Validate() error {
 		return err
 	}
 	if err := o.validateSharing(); err != nil {
+		return err
+	}
+	if err := o.validateMPSDaemon(); err != nil {
 		return err
 	}
 	o.validated = true

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"os"
 	"sync/atomic"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -100,9 +101,14 @@ func (d *device) setFuncs() {
 		if mode < 0 || mode >= nvml.COMPUTEMODE_COUNT {
 			return nvml.ERROR_INVALID_ARGUMENT
 		}
+		// nvml.h: "Requires root/admin permissions".
+		if os.Geteuid() != 0 {
+			return nvml.ERROR_NO_PERMISSION
+		}
 		d.srv.mu.Lock()
 		defer d.srv.mu.Unlock()
 		d.computeMode = mode
+		d.srv.persistLocked()
 		return nvml.SUCCESS
 	}
 	d.GetEccModeFunc = func() (nvml.EnableState, nvml.EnableState, nvml.Return) {

@@ -34,9 +34,12 @@ type GPUState struct {
 	MIGEnabled bool   `json:"migEnabled"`
 	// MIGPendingEnabled is the MIG mode after the next GPU reset, when it
 	// differs from MIGEnabled (Ampere, see migcaps.go).
-	MIGPendingEnabled *bool          `json:"migPendingEnabled,omitempty"`
-	MIGCounter        uint64         `json:"migCounter,omitempty"`
-	GPUInstances      []GPUInstState `json:"gpuInstances,omitempty"`
+	MIGPendingEnabled *bool  `json:"migPendingEnabled,omitempty"`
+	MIGCounter        uint64 `json:"migCounter,omitempty"`
+	// ComputeMode is the GPU's nvml.ComputeMode (0: DEFAULT), kept like the
+	// MIG state so that a restarted plugin, and tests, see what was set.
+	ComputeMode  int            `json:"computeMode,omitempty"`
+	GPUInstances []GPUInstState `json:"gpuInstances,omitempty"`
 }
 
 // GPUInstState is one GPU instance.
@@ -122,6 +125,7 @@ func (s *Server) restoreLocked(st *State) error {
 			d.migPending = migModeOf(*g.MIGPendingEnabled)
 		}
 		d.migCounter = g.MIGCounter
+		d.computeMode = nvml.ComputeMode(g.ComputeMode)
 		if len(g.GPUInstances) > 0 && d.model().MIG == nil {
 			return fmt.Errorf("GPU %d is not MIG-capable but has GPU instances", i)
 		}
@@ -172,7 +176,7 @@ func (s *Server) persistLocked() {
 func (s *Server) saveLocked() error {
 	st := State{Node: s.nodeName, Profile: s.profile.Name}
 	for _, d := range s.devices {
-		g := GPUState{UUID: d.uuid, MIGEnabled: d.migMode == nvml.DEVICE_MIG_ENABLE, MIGCounter: d.migCounter}
+		g := GPUState{UUID: d.uuid, MIGEnabled: d.migMode == nvml.DEVICE_MIG_ENABLE, MIGCounter: d.migCounter, ComputeMode: int(d.computeMode)}
 		if d.migPending != d.migMode {
 			pending := d.migPending == nvml.DEVICE_MIG_ENABLE
 			g.MIGPendingEnabled = &pending

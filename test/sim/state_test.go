@@ -59,3 +59,30 @@ func TestPersistTo(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("{"), 0o600))
 	require.Error(t, NewServer(p, "node").PersistTo(path))
 }
+
+// TestComputeModePersisted: the compute mode a plugin sets is in the state
+// file (tests read it there) and a restarted plugin finds it.
+func TestComputeModePersisted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("setting the compute mode needs root, as with real NVML")
+	}
+	path := filepath.Join(t.TempDir(), "state.json")
+	p, err := Load("dgx-h100", nil)
+	require.NoError(t, err)
+	a := NewServer(p, "node")
+	require.NoError(t, a.PersistTo(path))
+	require.Equal(t, nvml.SUCCESS, a.Init())
+	dev, _ := a.DeviceGetHandleByIndex(1)
+	require.Equal(t, nvml.SUCCESS, dev.SetComputeMode(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS))
+	st, err := ReadState(path)
+	require.NoError(t, err)
+	require.Equal(t, int(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS), st.GPUs[1].ComputeMode)
+
+	b := NewServer(p, "node")
+	require.NoError(t, b.PersistTo(path))
+	require.Equal(t, nvml.SUCCESS, b.Init())
+	devB, _ := b.DeviceGetHandleByIndex(1)
+	mode, ret := devB.GetComputeMode()
+	require.Equal(t, nvml.SUCCESS, ret)
+	require.Equal(t, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS, mode)
+}

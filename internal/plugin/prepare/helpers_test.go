@@ -45,6 +45,7 @@ type env struct {
 	lockDir string
 	bootID  string
 	slicer  *recordingSlicer
+	modes   *recordingModes
 	mpsRoot string
 	// mpsEvents collects what the managers report through OnMPSDaemon.
 	mpsMu     sync.Mutex
@@ -79,6 +80,9 @@ func (e *env) tryManager() (*Manager, RecoverReport, error) {
 	require.NoError(e.t, err)
 	w, err := cdi.NewWriter(e.cdiDir, edits)
 	require.NoError(e.t, err)
+	if e.modes == nil {
+		e.modes = &recordingModes{exclusive: map[string]bool{}}
+	}
 	if e.slicer == nil {
 		e.slicer = &recordingSlicer{set: map[string]v1alpha1.TimeSliceInterval{}}
 	}
@@ -90,7 +94,7 @@ func (e *env) tryManager() (*Manager, RecoverReport, error) {
 	mps, err := sharing.NewMPSControl(sharing.MPSOptions{ControlPath: fakeMPSControl(e.t), Root: e.mpsRoot, Env: fakeToolEnv(e.t)})
 	require.NoError(e.t, err)
 	m, err := New(Config{Names: compat.Default(), PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir,
-		TimeSlicer: e.slicer, MPS: mps, OnMPSDaemon: e.recordMPS})
+		TimeSlicer: e.slicer, MPS: mps, OnMPSDaemon: e.recordMPS, ComputeMode: e.modes})
 	require.NoError(e.t, err)
 	rep, err := m.Recover(ctx(e.t))
 	return m, rep, err

@@ -110,6 +110,7 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 	m.removeOrphans(ctx, &rep)
 	m.removeMPSOrphans(ctx, &rep)
 	rep.TimeSliceRestoresPending = m.retryTimeSliceRestores(ctx)
+	m.retryComputeModeRestores(ctx)
 
 	for _, f := range rep.Failed {
 		logger.Error(f.Err, "Recovery failed; the claim stays recorded until the kubelet unprepares it",
@@ -338,7 +339,7 @@ func (m *Manager) removeMPSOrphans(ctx context.Context, rep *RecoverReport) {
 		rec, err := m.cfg.Checkpoints.Get(uid)
 		return err != nil || rec != nil
 	}
-	orphans, err := m.cfg.MPS.Orphans(known)
+	orphans, err := m.cfg.MPS.Orphans(ctx, known)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "MPS control daemons without a record not stopped; tried again at the next start")
 		return

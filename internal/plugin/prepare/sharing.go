@@ -60,6 +60,9 @@ func (m *Manager) applySharing(ctx context.Context, c *claimState) error {
 		}
 		failpoint.Inject(failpoint.PrepareTimeSliceSet)
 	}
+	if err := m.setExclusiveModes(ctx, rec.UID, devs); err != nil {
+		return err
+	}
 	if daemon == nil {
 		return nil
 	}
@@ -129,6 +132,7 @@ func (m *Manager) releaseSharing(ctx context.Context, rec *checkpoint.ClaimRecor
 		if err := m.restoreTimeSlice(ctx, d.Name, rec.UID); err != nil {
 			return err
 		}
+		m.restoreComputeMode(ctx, d.Name, rec.UID)
 	}
 	return nil
 }

@@ -143,8 +143,12 @@ func TestMPSDaemonLifecycle(t *testing.T) {
 	require.Contains(t, edits.Env, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps")
 	require.Contains(t, edits.Env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40")
 	require.Contains(t, edits.Env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M,1=4096M")
-	require.Len(t, edits.Mounts, 2)
+	require.Len(t, edits.Mounts, 3)
 	require.Equal(t, filepath.Join(rec.MPS.Dir, "pipe"), edits.Mounts[0].HostPath)
+	// The claim's containers share the daemon's /dev/shm, created at prepare.
+	require.Equal(t, filepath.Join(rec.MPS.Dir, "shm"), edits.Mounts[2].HostPath)
+	require.Equal(t, "/dev/shm", edits.Mounts[2].ContainerPath)
+	require.DirExists(t, filepath.Join(rec.MPS.Dir, "shm"))
 
 	// A restarted plugin adopts the running daemon ...
 	m2, rep := e.manager()

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
+	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -25,6 +23,7 @@ const (
 
 	pipeSubdir = "pipe"
 	logSubdir  = "log"
+	shmSubdir  = "shm"
 	pidFile    = "daemon.pid"
 )
 
@@ -46,6 +45,13 @@ type MPSOptions struct {
 	ProbeTimeout time.Duration
 	// Env is added to the environment of the control tool and daemon.
 	Env []string
+	// ShmTmpfs mounts a tmpfs on each claim's shm directory, the /dev/shm
+	// of its daemon and clients; where mounting is not permitted (an
+	// unprivileged plugin) the directory stays a plain one.
+	ShmTmpfs bool
+	// ShmSize is the size of that tmpfs (mount option size=, "" for the
+	// kernel's default of half the RAM).
+	ShmSize string
 }
 
 // MPSControl starts, adopts and stops one MPS control daemon per claim.
@@ -72,6 +78,10 @@ type MPSControl struct {
 	mu    sync.Mutex
 	// exited is closed when a daemon started by this process has been reaped.
 	exited map[int]chan struct{}
+	// runner starts and stops the daemons (processRunner unless UseRunner).
+	runner DaemonRunner
+	// shmWarned is set once a tmpfs could not be mounted.
+	shmWarned sync.Once
 }
 
 // NewMPSControl checks the options and creates Root.
@@ -91,18 +101,20 @@ func NewMPSControl(opts MPSOptions) (*MPSControl, error) {
 		opts.ProbeTimeout = 5 * time.Second
 	}
 	ns, _ := os.Readlink("/proc/self/ns/pid")
-	return &MPSControl{opts: opts, pidNS: ns, exited: map[int]chan struct{}{}}, nil
+	c := &MPSControl{opts: opts, pidNS: ns, exited: map[int]chan struct{}{}}
+	c.runner = processRunner{c}
+	return c, nil
 }
 
 // ClaimDir is the directory of a claim's daemon.
 func (c *MPSControl) ClaimDir(claimUID string) string { return filepath.Join(c.opts.Root, claimUID) }
 
-// Start starts the daemon described by d (Devices and limits set; Dir and
-// PID are filled in) and applies its settings. A daemon that still answers
-// in the claim's directory (an interrupted earlier attempt, whichever plugin
-// instance made it) is stopped through its pipe first; if it does not stop,
-// Start fails and leaves it and its directory alone. On error nothing Start
-// started is left running.
+// Start starts the daemon described by d (Devices and limits set; Dir and,
+// where the runner knows it, PID are filled in) and applies its settings.
+// A daemon that still answers in the claim's directory (an interrupted
+// earlier attempt, whichever plugin instance made it) is stopped first; if
+// it does not stop, Start fails and leaves it and its directory alone. On
+// error nothing Start started is left running.
 func (c *MPSControl) Start(ctx context.Context, claimUID string, d *MPSDaemon) error {
 	if err := model.ValidateUID(claimUID); err != nil {
 		return err
@@ -111,61 +123,40 @@ func (c *MPSControl) Start(ctx context.Context, claimUID string, d *MPSDaemon) e
 		return fmt.Errorf("start MPS control daemon: %w: no nvidia-cuda-mps-control configured (--mps-control-path)", ErrNoTool)
 	}
 	d.Dir = c.ClaimDir(claimUID)
-	existed, err := c.readyDir(ctx, d.Dir)
+	existed, err := c.readyDir(ctx, claimUID, d.Dir)
 	if err != nil {
 		return err
 	}
-	out, err := os.OpenFile(filepath.Join(d.Dir, logSubdir, "daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("create MPS daemon output file: %w", err)
-	}
-	defer out.Close()
-	cmd := exec.Command(c.opts.ControlPath, "-f")
-	cmd.Env = append(c.env(d.Dir), "CUDA_VISIBLE_DEVICES="+strings.Join(d.Devices, ","))
-	cmd.Stdout, cmd.Stderr = out, out
-	// Own session: a signal to the plugin's process group does not reach it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	// What a failed start leaves: a directory that existed before stays
 	// (the claim's containers may bind-mount it), a new one goes.
 	cleanup := func() {
 		if !existed {
+			c.releaseShm(ctx, d.Dir)
 			_ = os.RemoveAll(d.Dir)
 		}
 	}
-	if err := cmd.Start(); err != nil {
+	exited, err := c.runner.Start(ctx, claimUID, d)
+	if err != nil {
+		c.runner.Abort(ctx, claimUID, d)
 		cleanup()
-		return fmt.Errorf("start MPS control daemon %s: %w; set --mps-control-path to the driver's nvidia-cuda-mps-control", c.opts.ControlPath, err)
+		return err
 	}
-	d.PID = cmd.Process.Pid
-	done := make(chan struct{})
-	c.mu.Lock()
-	c.exited[d.PID] = done
-	c.mu.Unlock()
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
 	fail := func(err error) error {
-		select {
-		case <-done:
-		default:
-			_ = syscall.Kill(d.PID, syscall.SIGKILL)
-		}
-		c.waitExit(d.PID, c.opts.StopTimeout)
+		c.runner.Abort(ctx, claimUID, d)
 		c.clearPipeDir(ctx, d.Dir)
 		cleanup()
 		return err
 	}
-	if err := c.writePIDFile(d.Dir, d.PID); err != nil {
-		return fail(err)
-	}
-	if err := c.waitAnswering(ctx, d, done); err != nil {
+	if err := c.waitAnswering(ctx, claimUID, d, exited); err != nil {
 		return fail(err)
 	}
 	if cmds := Commands(d); len(cmds) > 0 {
 		if _, err := c.run(ctx, d.Dir, c.opts.StopTimeout, cmds...); err != nil {
 			return fail(err)
 		}
+	}
+	if d.PID == 0 {
+		d.PID = controlPID(d.Dir)
 	}
 	klog.FromContext(ctx).V(3).Info("Started MPS control daemon", "claimUID", claimUID, "pid", d.PID, "devices", d.Devices)
 	return nil
@@ -176,20 +167,21 @@ func (c *MPSControl) Start(ctx context.Context, claimUID string, d *MPSDaemon) e
 // pipe, what a dead one left in the pipe directory is removed. The
 // directories themselves are kept, so that the bind mounts of the claim's
 // containers keep pointing at the directory the new daemon listens in.
-func (c *MPSControl) readyDir(ctx context.Context, dir string) (bool, error) {
+func (c *MPSControl) readyDir(ctx context.Context, claimUID, dir string) (bool, error) {
 	_, err := os.Lstat(dir)
 	existed := err == nil
 	if existed {
-		if err := c.stopDaemon(ctx, dir); err != nil {
+		if err := c.runner.Stop(ctx, claimUID, dir); err != nil {
 			return true, err
 		}
 		c.clearPipeDir(ctx, dir)
 	}
-	for _, sub := range []string{pipeSubdir, logSubdir} {
+	for _, sub := range []string{pipeSubdir, logSubdir, shmSubdir} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return existed, fmt.Errorf("create MPS directory: %w", err)
 		}
 	}
+	c.mountShm(ctx, filepath.Join(dir, shmSubdir))
 	return existed, nil
 }
 
@@ -272,22 +264,28 @@ func (c *MPSControl) StopClaim(ctx context.Context, claimUID string) error {
 	}
 	dir := c.ClaimDir(claimUID)
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		// No directory, but a runner's daemon may remain (a crash between
+		// the removal of the directory and the end of its Pod).
+		if err := c.runner.Stop(ctx, claimUID, dir); err != nil {
+			return fmt.Errorf("stop the MPS control daemon of claim %s: %w", claimUID, err)
+		}
 		return nil
 	}
-	if err := c.stopDaemon(ctx, dir); err != nil {
+	if err := c.runner.Stop(ctx, claimUID, dir); err != nil {
 		return fmt.Errorf("stop the MPS control daemon of claim %s: %w", claimUID, err)
 	}
+	c.releaseShm(ctx, dir)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove MPS directory of claim %s: %w", claimUID, err)
 	}
 	return nil
 }
 
-// Orphans lists the claim UIDs that have a daemon directory but that
-// isKnown does not know. StopClaim stops their daemons through their pipes
-// (a daemon of an unknown claim that answers is found here too: its
-// directory is the only way to reach it).
-func (c *MPSControl) Orphans(isKnown func(claimUID string) bool) ([]string, error) {
+// Orphans lists the claim UIDs that have a daemon directory, or a daemon
+// the runner knows (a Pod), but that isKnown does not know. StopClaim stops
+// their daemons (a daemon of an unknown claim that answers is found here
+// too: its directory is the only way to reach it).
+func (c *MPSControl) Orphans(ctx context.Context, isKnown func(claimUID string) bool) ([]string, error) {
 	entries, err := os.ReadDir(c.opts.Root)
 	if err != nil {
 		return nil, fmt.Errorf("list MPS state directory: %w", err)
@@ -296,6 +294,15 @@ func (c *MPSControl) Orphans(isKnown func(claimUID string) bool) ([]string, erro
 	for _, e := range entries {
 		if e.IsDir() && model.ValidateUID(e.Name()) == nil && !isKnown(e.Name()) {
 			out = append(out, e.Name())
+		}
+	}
+	launched, err := c.runner.Claims(ctx)
+	if err != nil {
+		return out, fmt.Errorf("list MPS control daemons: %w", err)
+	}
+	for _, uid := range launched {
+		if model.ValidateUID(uid) == nil && !isKnown(uid) && !slices.Contains(out, uid) {
+			out = append(out, uid)
 		}
 	}
 	return out, nil

@@ -143,7 +143,7 @@ func TestMPSAcrossPIDNamespaces(t *testing.T) {
 		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *MPSDaemon) {
 			y := helperDaemon()
 			require.NoError(t, b.Start(ctx, claimY, y))
-			orphans, err := b.Orphans(func(uid string) bool { return uid == claimX || uid == claimY })
+			orphans, err := b.Orphans(ctx, func(uid string) bool { return uid == claimX || uid == claimY })
 			require.NoError(t, err)
 			require.Empty(t, orphans)
 			require.NoError(t, b.StopClaim(ctx, claimY))
@@ -152,7 +152,7 @@ func TestMPSAcrossPIDNamespaces(t *testing.T) {
 	}, {
 		name: "the daemon of an unknown claim is stopped through its pipe",
 		run: func(t *testing.T, ctx context.Context, a *podA, b *MPSControl, x *MPSDaemon) {
-			orphans, err := b.Orphans(func(string) bool { return false })
+			orphans, err := b.Orphans(ctx, func(string) bool { return false })
 			require.NoError(t, err)
 			require.Equal(t, []string{claimX}, orphans)
 			require.NoError(t, b.StopClaim(ctx, claimX))

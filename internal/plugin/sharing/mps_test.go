@@ -119,7 +119,7 @@ func TestMPSControlStartStopAdopt(t *testing.T) {
 	require.NoError(t, c2.probe(ctx, other.Dir))
 	require.NotEqual(t, os.Getpid(), other.PID)
 
-	orphans, err := c2.Orphans(func(u string) bool { return u == uid })
+	orphans, err := c2.Orphans(ctx, func(u string) bool { return u == uid })
 	require.NoError(t, err)
 	require.Equal(t, []string{uid2}, orphans)
 

@@ -71,7 +71,7 @@ func (c *MPSControl) run(ctx context.Context, dir string, timeout time.Duration,
 
 // waitAnswering waits until a daemon just started answers its pipe (its
 // control entry can exist a moment before it accepts connections).
-func (c *MPSControl) waitAnswering(ctx context.Context, d *MPSDaemon, done <-chan struct{}) error {
+func (c *MPSControl) waitAnswering(ctx context.Context, claimUID string, d *MPSDaemon, done <-chan struct{}) error {
 	deadline := time.NewTimer(c.opts.StartTimeout)
 	defer deadline.Stop()
 	delay := 2 * time.Millisecond
@@ -82,9 +82,9 @@ func (c *MPSControl) waitAnswering(ctx context.Context, d *MPSDaemon, done <-cha
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("MPS control daemon exited at start: %s", c.tail(d.Dir))
+			return fmt.Errorf("MPS control daemon exited at start: %s", c.runner.Describe(ctx, claimUID, d.Dir))
 		case <-deadline.C:
-			return fmt.Errorf("MPS control daemon did not answer within %s (%w): %s", c.opts.StartTimeout, err, c.tail(d.Dir))
+			return fmt.Errorf("MPS control daemon did not answer within %s (%w): %s", c.opts.StartTimeout, err, c.runner.Describe(ctx, claimUID, d.Dir))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(delay):

@@ -200,9 +200,12 @@ func ContainerEdits(d *MPSDaemon, uuid string, visible []string) ([]string, []*c
 	if len(limits) > 0 {
 		env = append(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+strings.Join(limits, ","))
 	}
+	// The shm directory replaces the container's own /dev/shm: the MPS
+	// server and its clients exchange memory through it.
 	mounts := []*cdispec.Mount{
-		{HostPath: d.Dir + "/" + pipeSubdir, ContainerPath: ContainerPipeDir, Type: "bind", Options: []string{"rbind", "rw"}},
-		{HostPath: d.Dir + "/" + logSubdir, ContainerPath: ContainerLogDir, Type: "bind", Options: []string{"rbind", "ro"}},
+		{HostPath: d.Dir + "/" + pipeSubdir, ContainerPath: ContainerPipeDir, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		{HostPath: d.Dir + "/" + logSubdir, ContainerPath: ContainerLogDir, Type: "bind", Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+		{HostPath: d.Dir + "/" + shmSubdir, ContainerPath: ContainerShmDir, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 	}
 	return env, mounts
 }

@@ -130,9 +130,17 @@ func TestContainerEdits(t *testing.T) {
 	require.Equal(t, []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_LOG_DIRECTORY=/var/log/nvidia-mps",
 		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3072M"}, env,
 		"limits are keyed by the ordinal the container sees")
-	require.Len(t, mounts, 2)
-	require.Equal(t, "/var/lib/mps/x/pipe", mounts[0].HostPath)
-	require.Equal(t, ContainerPipeDir, mounts[0].ContainerPath)
+	require.Len(t, mounts, 3)
+	for i, want := range []struct{ host, container, mode string }{
+		{"/var/lib/mps/x/pipe", ContainerPipeDir, "rw"},
+		{"/var/lib/mps/x/log", ContainerLogDir, "ro"},
+		// The daemon's /dev/shm is every client's.
+		{"/var/lib/mps/x/shm", "/dev/shm", "rw"},
+	} {
+		require.Equal(t, want.host, mounts[i].HostPath)
+		require.Equal(t, want.container, mounts[i].ContainerPath)
+		require.Equal(t, []string{"rbind", want.mode, "nosuid", "nodev"}, mounts[i].Options)
+	}
 
 	env, mounts = ContainerEdits(d, "GPU-other", []string{"GPU-other"})
 	require.Nil(t, env)

@@ -96,10 +96,33 @@ spec:
         {{- with include "gpudra.compatibility" $root }}
         - --compatibility={{ . }}
         {{- end }}
+        {{- with $p.mpsControlDaemon }}
+        {{- if .pod }}
+        # A Pod per MPS claim (internal/plugin/mpspod), in this namespace.
+        - --mps-daemon=pod
+        - --mps-daemon-image={{ include "gpudra.image" $root }}
+        - --mps-daemon-image-pull-policy={{ $root.Values.image.pullPolicy }}
+        - --mps-daemon-service-account={{ include "gpudra.pluginName" $root }}
+        {{- with .resources }}
+        - {{ printf "--mps-daemon-resources=%s" (toJson .) | quote }}
+        {{- end }}
+        {{- with .priorityClassName }}
+        - --mps-daemon-priority-class={{ . }}
+        {{- end }}
+        {{- end }}
+        {{- end }}
+        # A tmpfs per MPS claim as its /dev/shm; it reaches the host through
+        # the plugin directory's Bidirectional propagation (privileged only).
+        - --mps-shm-tmpfs={{ $p.privileged }}
         {{- with $p.extraArgs }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
         env:
+        # The namespace of the MPS control daemon Pods.
+        - name: POD_NAMESPACE
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.namespace
         # The pool name and the owner of the node's ResourceSlices.
         - name: NODE_NAME
           valueFrom:
@@ -166,6 +189,11 @@ spec:
         # plugin registers.
         - name: plugin-data
           mountPath: {{ $dataDir }}
+          {{- if $p.privileged }}
+          # The MPS claims' tmpfs mounts (mps/<claim>/shm) must reach the
+          # host, where their daemon Pods and containers mount them.
+          mountPropagation: Bidirectional
+          {{- end }}
         - name: plugins-registry
           mountPath: {{ $registryDir }}
         - name: cdi

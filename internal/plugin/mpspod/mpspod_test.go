@@ -1,0 +1,206 @@
+package mpspod
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpudra/gpudra/internal/plugin/sharing"
+	"github.com/gpudra/gpudra/test/fakegpu"
+)
+
+const (
+	uid  = "aaaaaaaa-0000-0000-0000-000000000001"
+	gpuA = "GPU-00000000-1111-2222-3333-444444444444"
+)
+
+func touch(t *testing.T, root string, paths ...string) {
+	for _, p := range paths {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, p), nil, 0o755))
+	}
+}
+
+func TestDetectLayout(t *testing.T) {
+	for name, tc := range map[string]struct {
+		files []string
+		want  Layout
+	}{
+		"host install: a shell, chrooted": {
+			files: []string{"usr/bin/sh", "usr/bin/nvidia-cuda-mps-control"},
+			want:  Layout{Chroot: true, Control: "/usr/bin/nvidia-cuda-mps-control"},
+		},
+		"driver container: /bin/sh": {
+			files: []string{"bin/sh", "usr/bin/nvidia-cuda-mps-control"},
+			want:  Layout{Chroot: true, Control: "/usr/bin/nvidia-cuda-mps-control"},
+		},
+		"GKE: bin and lib64, no shell, no libc of its own": {
+			files: []string{"bin/nvidia-cuda-mps-control", "lib64/libnvidia-ml.so.1"},
+			want: Layout{Control: "/driver-root/bin/nvidia-cuda-mps-control",
+				Env: []string{"PATH=/driver-root/bin:/usr/local/bin:/usr/bin:/bin", "LD_LIBRARY_PATH=/driver-root/lib64"}},
+		},
+		"no shell, no lib64: the loader path is left alone": {
+			files: []string{"usr/bin/nvidia-cuda-mps-control", "usr/lib/x86_64-linux-gnu/libc.so.6"},
+			want:  Layout{Control: "/driver-root/usr/bin/nvidia-cuda-mps-control", Env: []string{"PATH=/driver-root/usr/bin:/usr/local/bin:/usr/bin:/bin"}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			touch(t, root, tc.files...)
+			require.Equal(t, tc.want, DetectLayout(root))
+		})
+	}
+}
+
+func testConfig(l Layout) PodConfig {
+	return PodConfig{Namespace: "gpudra-system", NodeName: "node-1", Image: "gpudra:test", HostDriverRoot: "/run/nvidia/driver", Layout: l,
+		Node: &metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "node-1", UID: "node-uid"}}
+}
+
+func TestPodShape(t *testing.T) {
+	d := &sharing.MPSDaemon{Dir: "/var/lib/kubelet/plugins/gpu.gpudra.io/mps/" + uid, Devices: []string{gpuA}, ActiveThreadPercentage: 50}
+	for name, tc := range map[string]struct {
+		layout            Layout
+		wantPipe, wantShm string
+		wantArgs          []string
+	}{
+		"chroot: directories where the chrooted daemon looks": {
+			layout:   Layout{Chroot: true, Control: "/usr/bin/nvidia-cuda-mps-control"},
+			wantPipe: "/driver-root/tmp/nvidia-mps", wantShm: "/driver-root/dev/shm",
+			wantArgs: []string{"--chroot=/driver-root", "--pipe-dir=/driver-root/tmp/nvidia-mps", "--set=set_default_active_thread_percentage 50"},
+		},
+		"no chroot: nothing is mounted into the driver root": {
+			layout:   Layout{Control: "/driver-root/bin/nvidia-cuda-mps-control", Env: []string{"LD_LIBRARY_PATH=/driver-root/lib64"}},
+			wantPipe: "/mps/pipe", wantShm: "/dev/shm",
+			wantArgs: []string{"--pipe-dir=/mps/pipe", "--devices=" + gpuA},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := testConfig(tc.layout)
+			p := c.Pod(uid, d)
+			require.Equal(t, "gpudra-mps-"+uid, p.Name)
+			require.Equal(t, "node-1", p.Spec.NodeName, "pinned to the node, not scheduled")
+			require.Equal(t, uid, p.Labels[ClaimLabel])
+			require.Equal(t, "Node", p.OwnerReferences[0].Kind)
+			require.True(t, p.Spec.HostPID)
+			require.False(t, *p.Spec.AutomountServiceAccountToken)
+			require.Equal(t, corev1.RestartPolicyOnFailure, p.Spec.RestartPolicy)
+			ctr := p.Spec.Containers[0]
+			require.Equal(t, []string{Binary}, ctr.Command)
+			require.Equal(t, Subcommand, ctr.Args[0])
+			for _, a := range tc.wantArgs {
+				require.Contains(t, ctr.Args, a)
+			}
+			mounts := map[string]string{}
+			for _, m := range ctr.VolumeMounts {
+				mounts[m.Name] = m.MountPath
+			}
+			require.Equal(t, tc.wantPipe, mounts["pipe"])
+			require.Equal(t, tc.wantShm, mounts["shm"])
+			hosts := map[string]string{}
+			for _, v := range p.Spec.Volumes {
+				hosts[v.Name] = v.HostPath.Path
+			}
+			require.Equal(t, map[string]string{"driver-root": "/run/nvidia/driver", "pipe": d.Dir + "/pipe", "log": d.Dir + "/log", "shm": d.Dir + "/shm"}, hosts)
+		})
+	}
+}
+
+// TestPodRunner: a Pod per claim, found again by its labels, deleted and
+// waited for.
+func TestPodRunner(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	r := &PodRunner{Client: client, Config: testConfig(Layout{Chroot: true, Control: "/usr/bin/nvidia-cuda-mps-control"}), Poll: 10 * time.Millisecond}
+	d := &sharing.MPSDaemon{Dir: "/x/" + uid, Devices: []string{gpuA}}
+	_, err := r.Start(ctx, uid, d)
+	require.NoError(t, err)
+	claims, err := r.Claims(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{uid}, claims)
+
+	// A second start (an interrupted earlier attempt) replaces the Pod.
+	_, err = r.Start(ctx, uid, d)
+	require.NoError(t, err)
+	require.Contains(t, r.Describe(ctx, uid, d.Dir), "gpudra-system/gpudra-mps-"+uid)
+
+	require.NoError(t, r.Stop(ctx, uid, d.Dir))
+	_, err = client.CoreV1().Pods("gpudra-system").Get(ctx, Name(uid), metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err))
+	require.NoError(t, r.Stop(ctx, uid, d.Dir), "no Pod is not an error")
+	claims, err = r.Claims(ctx)
+	require.NoError(t, err)
+	require.Empty(t, claims)
+}
+
+var (
+	fakeOnce sync.Once
+	fakePath string
+	fakeErr  error
+)
+
+func fakeMPSControl(t *testing.T) string {
+	fakeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gpudra-fake-mps-")
+		if err != nil {
+			fakeErr = err
+			return
+		}
+		fakePath = filepath.Join(dir, "gpudra-fake-mps-control")
+		if out, err := exec.Command("go", "build", "-o", fakePath, "github.com/gpudra/gpudra/test/cmd/gpudra-fake-mps-control").CombinedOutput(); err != nil {
+			fakeErr = err
+			t.Log(string(out))
+		}
+	})
+	require.NoError(t, fakeErr)
+	return fakePath
+}
+
+// TestRunDaemon: the Pod's process starts the daemon, applies the claim's
+// settings, and on SIGTERM (the Pod deleted) stops it through its pipe.
+func TestRunDaemon(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	pipe, logDir := filepath.Join(dir, "pipe"), filepath.Join(dir, "log")
+	require.NoError(t, os.MkdirAll(pipe, 0o755))
+	require.NoError(t, os.MkdirAll(logDir, 0o755))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- RunDaemon(ctx, DaemonOptions{Control: fakeMPSControl(t), PipeDir: pipe, LogDir: logDir, Devices: []string{gpuA},
+			Settings: []string{"set_default_active_thread_percentage 30"}, StartTimeout: 10 * time.Second})
+	}()
+	var st *fakegpu.MPSState
+	require.Eventually(t, func() bool {
+		s, err := fakegpu.ReadMPSState(logDir)
+		st = s
+		return err == nil && s.ActiveThreadPercentage == 30
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, []string{gpuA}, st.Devices)
+	pid := st.PID
+	require.NoError(t, syscall.Kill(pid, 0), "the daemon runs")
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunDaemon did not return after its context ended")
+	}
+	require.Error(t, syscall.Kill(pid, 0), "the daemon quit")
+	out, _ := os.ReadFile(filepath.Join(logDir, "daemon.out"))
+	require.NotContains(t, strings.ToLower(string(out)), "panic")
+}
