@@ -43,6 +43,10 @@ type Layout struct {
 	// ForeignLibc: the library directory also holds the host's own C
 	// library (ForeignLibc), as on Debian, Ubuntu and RHEL.
 	ForeignLibc bool
+	// Shell: the root is a whole system's, with a shell (bin/sh) and its
+	// own C library and loader, so programs run chrooted into it, as
+	// NVIDIA runs the MPS control daemon where the root has a shell.
+	Shell bool
 }
 
 // Layouts are the driver installations a fake root can imitate:
@@ -53,7 +57,7 @@ type Layout struct {
 //   - gke: GKE's /home/kubernetes/bin/nvidia: libraries in lib64 (only the
 //     driver's), tools in bin.
 var Layouts = map[string]Layout{
-	"host": {Name: "host", LibDir: LibDir, BinDir: BinDir, ForeignLibc: true},
+	"host": {Name: "host", LibDir: LibDir, BinDir: BinDir, ForeignLibc: true, Shell: true},
 	"gke":  {Name: "gke", LibDir: "lib64", BinDir: "bin"},
 }
 
@@ -129,6 +133,9 @@ func Generate(opts Options) error {
 	w.libraries(layout, facts.DriverVersion, opts.NVMLLibrary)
 	w.firmware(facts.DriverVersion)
 	w.binaries(layout, opts.ToolsDir)
+	if layout.Shell {
+		w.system(opts.ToolsDir)
+	}
 	w.deviceNodes(facts)
 	w.proc(facts)
 	w.sys(facts)

@@ -1,11 +1,15 @@
 package fakedriver
 
 import (
+	"debug/elf"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/gpudra/gpudra/internal/shared/atomicfile"
+	"github.com/gpudra/gpudra/test/images"
 )
 
 // StubLibrary is a driver library the root holds as a stub: nvcdi mounts
@@ -163,5 +167,42 @@ func (w *writer) symlink(target, rel string) {
 	w.mkdir(filepath.Dir(rel))
 	if w.err == nil {
 		w.fail(os.Symlink(target, w.path(rel)))
+	}
+}
+
+// SystemLibDir holds a host-layout root's own C library: searched before
+// LibDir by the root's loader (the root has no ld.so.cache), so a program
+// chrooted into the root gets it, not the foreign libc.so.6 of LibDir.
+const SystemLibDir = "lib/x86_64-linux-gnu"
+
+// system makes the root chroot-able like a real system's: bin/sh, and the
+// loader and C libraries that it and the fake tools need, copied from this
+// machine into SystemLibDir (the loader at its own path).
+func (w *writer) system(toolsDir string) {
+	if w.err != nil {
+		return
+	}
+	sh, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
+		w.fail(fmt.Errorf("a shell for the root: %w", err))
+		return
+	}
+	bins := []string{sh}
+	for _, tool := range Tools {
+		// Tests give scripts as tools; only programs need libraries.
+		if f, err := elf.Open(filepath.Join(toolsDir, tool)); err == nil {
+			_ = f.Close()
+			bins = append(bins, filepath.Join(toolsDir, tool))
+		}
+	}
+	rt, err := images.HostRuntime("/", bins, nil)
+	if err != nil {
+		w.fail(fmt.Errorf("the C library of the root's shell and tools (build the tools with cgo): %w", err))
+		return
+	}
+	w.copyFile(sh, "bin/sh", 0o755)
+	w.copyFile(rt.Interpreter, strings.TrimPrefix(rt.Interpreter, "/"), 0o755)
+	for soname, p := range rt.Libraries {
+		w.copyFile(p, filepath.Join(SystemLibDir, soname), 0o755)
 	}
 }

@@ -35,3 +35,19 @@ func TestForeignLibcBreaksLibraryPath(t *testing.T) {
 	out, err = run("LD_PRELOAD=" + filepath.Join(libDir, NVMLSONAME))
 	require.NoError(t, err, out)
 }
+
+// TestRootIsChrootable: a host-layout root is a system's, so its tools run
+// chrooted into it (as NVIDIA runs the MPS control daemon), with the root's
+// own C library found before the foreign one of its library directory and
+// its libnvidia-ml.so.1 found by the root's loader.
+func TestRootIsChrootable(t *testing.T) {
+	root := ForTest(t, "l4", "node-a")
+	cmd := exec.Command("chroot", root, "/"+BinDir+"/nvidia-smi", "compute-policy", "-i",
+		"GPU-00000000-0000-0000-0000-000000000000", "--get-timeslice")
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	out, err = exec.Command("chroot", root, "/bin/sh", "-c", "echo chrooted").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Equal(t, "chrooted\n", string(out))
+}

@@ -11,8 +11,16 @@ import (
 // simulated NVML library's files and what the fake tools were told.
 const RootStateDir = "var/lib/gpudra-sim"
 
-// executable is os.Executable; tests replace it.
-var executable = os.Executable
+// executable is os.Executable, else (no /proc, as in a chroot into a fake
+// root, whose proc holds only the driver's files) the absolute path the
+// tool was started by; tests replace it.
+var executable = func() (string, error) {
+	exe, err := os.Executable()
+	if err != nil && len(os.Args) > 0 && filepath.IsAbs(os.Args[0]) {
+		return os.Args[0], nil
+	}
+	return exe, err
+}
 
 // StateDir returns the directory where the fake tools record their state:
 // $GPUDRA_FAKE_GPU_STATE_DIR when it is set, otherwise <R>/var/lib/gpudra-sim

@@ -102,3 +102,16 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpudra.pluginName" . 
 
 {{/* Node label that keeps every plugin DaemonSet off a node when "false". */}}
 {{- define "gpudra.pluginDisableLabel" -}}gpudra.io/kubelet-plugin{{- end -}}
+
+{{/*
+The driver roots of every plugin DaemonSet, as a CEL list of strings:
+nvidiaDriverRoot and each node group's kubeletPlugin.nvidiaDriverRoot.
+*/}}
+{{- define "gpudra.driverRoots" -}}
+{{- $roots := list .Values.nvidiaDriverRoot }}
+{{- with .Values.kubeletPlugin.nvidiaDriverRoot }}{{ $roots = append $roots . }}{{ end }}
+{{- range .Values.kubeletPlugin.nodeGroups | default list }}
+{{- with .nvidiaDriverRoot }}{{ $roots = append $roots . }}{{ end }}
+{{- end }}
+{{- $roots | uniq | toJson }}
+{{- end }}
