@@ -278,10 +278,16 @@ func checkSimulated(t *testing.T, _ string, objs []*unstructured.Unstructured) {
 	ds := pluginDaemonSet(t, objs)
 	ctr := ds.Spec.Template.Spec.Containers[0]
 	const root = "/var/lib/gpudra-sim/driver-root"
-	for _, want := range []string{"--nvidia-driver-root=/driver-root", "--host-driver-root=" + root,
-		"--nvidia-cdi-hook-path=" + root + "/usr/bin/nvidia-cdi-hook"} {
+	for _, want := range []string{"--nvidia-driver-root=/driver-root", "--host-driver-root=" + root} {
 		if !slices.Contains(ctr.Args, want) {
 			t.Errorf("plugin args %v lack %s", ctr.Args, want)
+		}
+	}
+	// Like a real node, the simulated one gets the plugin's own copy of the
+	// image's nvidia-cdi-hook: no hook path is set.
+	for _, a := range ctr.Args {
+		if strings.HasPrefix(a, "--nvidia-cdi-hook-path") {
+			t.Errorf("simulated plugin has %s: the nodes have no toolkit, the plugin installs its hook", a)
 		}
 	}
 	for _, a := range ctr.Args {

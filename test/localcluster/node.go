@@ -119,7 +119,7 @@ func (c *Cluster) ensureHostDir(path string) error {
 }
 
 // containerdConfig is the node's containerd configuration (version 3).
-func (c *Cluster) containerdConfig() string {
+func (c *Cluster) containerdConfig(n NodeLayout) string {
 	return fmt.Sprintf(`version = 3
 root = "/var/lib/containerd"
 state = "/run/containerd"
@@ -156,7 +156,7 @@ state = "/run/containerd"
   disable = false
   socket_path = %[7]q
   plugin_path = %[8]q
-`, ContainerdSocket, images.PauseImage, CDIDir, c.cfg.Runc, c.cfg.CNIBinDir, CNIConfDir, NRISocket, c.nriPluginDir())
+`, ContainerdSocket, images.PauseImage, CDIDir, c.cfg.Runc, c.cfg.CNIBinDir, CNIConfDir, NRISocket, n.nriPluginDir())
 }
 
 // cniConfig gives node i a bridge of its own with its /24 of the pod CIDR.
@@ -238,10 +238,10 @@ func (c *Cluster) startNodeRuntime(ctx context.Context, spec NodeSpec) error {
 	if err != nil {
 		return err
 	}
-	if err := c.writeNRIPlugins(); err != nil {
+	if err := c.writeNRIPlugins(spec); err != nil {
 		return err
 	}
-	if err := os.WriteFile(n.ContainerdConfig(), []byte(c.containerdConfig()), 0o644); err != nil {
+	if err := os.WriteFile(n.ContainerdConfig(), []byte(c.containerdConfig(n)), 0o644); err != nil {
 		return err
 	}
 	cni := filepath.Join(n.HostPath(CNIConfDir), "10-gpudra.conflist")

@@ -16,23 +16,27 @@ const NRISocket = "/run/containerd/nri.sock"
 // process-recording hook to every container (test/cmd/gpudra-sim-nri).
 const simNRIBinary = "gpudra-sim-nri"
 
-// nriPluginDir holds the NRI plugins every node's containerd starts itself
+// nriPluginDir holds the NRI plugins a node's containerd starts itself
 // (named <index>-<name>, as NRI requires).
-func (c *Cluster) nriPluginDir() string { return filepath.Join(c.Dir, "nri-plugins") }
+func (n NodeLayout) nriPluginDir() string { return filepath.Join(n.Dir, "nri-plugins") }
 
 // RecordHookPath is the fake driver root's process-recording hook as a
-// node's runtime sees it.
-func RecordHookPath() string { return filepath.Join(SimDriverRoot, fakedriver.RecordHook) }
+// node of the driver layout sees it.
+func RecordHookPath(l DriverLayout) string { return filepath.Join(l.NodePath, fakedriver.RecordHook) }
 
-// writeNRIPlugins writes the plugin directory: a script that starts
+// writeNRIPlugins writes a node's plugin directory: a script that starts
 // gpudra-sim-nri with the hook's path (containerd passes a pre-registered
 // plugin no arguments).
-func (c *Cluster) writeNRIPlugins() error {
-	dir := c.nriPluginDir()
+func (c *Cluster) writeNRIPlugins(spec NodeSpec) error {
+	layout, err := driverLayout(spec.Layout)
+	if err != nil {
+		return err
+	}
+	dir := c.Node(spec.Name).nriPluginDir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	script := fmt.Sprintf("#!/bin/sh\n# The local cluster's NRI plugin (test/localcluster/nri.go).\nexec %q --record-hook=%q\n",
-		c.bin(simNRIBinary), RecordHookPath())
+		c.bin(simNRIBinary), RecordHookPath(layout))
 	return os.WriteFile(filepath.Join(dir, "10-"+simNRIBinary), []byte(script), 0o755)
 }
