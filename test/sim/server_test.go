@@ -199,7 +199,11 @@ func checkGPU(t *testing.T, s *Server, d nvml.Device, g GPU) {
 	_, ret = d.GetPciInfoExt()
 	ok(ret, "GetPciInfoExt")
 	_, ret = d.GetNumaNodeId()
-	assert.Equal(t, nvml.ERROR_NOT_SUPPORTED, ret, "x86: the GPU is no NUMA node (capabilities.go)")
+	if m.NVML.NUMANodeID == "gpu-memory" {
+		assert.Equal(t, nvml.SUCCESS, ret, "Grace: the GPU's memory is a NUMA node (capabilities.go)")
+	} else {
+		assert.Equal(t, nvml.ERROR_NOT_SUPPORTED, ret, "x86: the GPU is no NUMA node (capabilities.go)")
+	}
 	numa, known := s.PCINUMANode(g.PCIBusID)
 	assert.True(t, known)
 	assert.Equal(t, g.NUMANode, numa, "sysfs's numa_node of the PCI device")

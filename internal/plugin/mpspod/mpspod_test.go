@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/plugin/sharing"
 	"github.com/gpudra/gpudra/test/fakegpu"
+	"github.com/gpudra/gpudra/test/nvmlsim"
 )
 
 const (
@@ -173,6 +174,13 @@ func fakeMPSControl(t *testing.T) string {
 // settings, and on SIGTERM (the Pod deleted) stops it through its pipe.
 func TestRunDaemon(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
+	// The fake tool needs libnvidia-ml like the real one, which a root's
+	// loader would give it (chroot) or the daemon's LD_LIBRARY_PATH
+	// (GKE's lib64): here the simulated one is preloaded into its
+	// environment (the daemon passes its own on).
+	env, err := nvmlsim.ToolEnv()
+	require.NoError(t, err)
+	t.Setenv("LD_PRELOAD", strings.TrimPrefix(env[0], "LD_PRELOAD="))
 	dir := t.TempDir()
 	pipe, logDir := filepath.Join(dir, "pipe"), filepath.Join(dir, "log")
 	require.NoError(t, os.MkdirAll(pipe, 0o755))
