@@ -75,7 +75,9 @@ func RunDaemon(ctx context.Context, o DaemonOptions) error {
 	logger.Info("Started MPS control daemon", "pid", cmd.Process.Pid, "devices", o.Devices, "chroot", o.Chroot)
 	if err := o.configure(ctx, exited); err != nil {
 		_ = cmd.Process.Kill()
-		<-exited
+		if werr := <-exited; werr != nil {
+			logger.V(4).Info("MPS control daemon killed", "status", werr)
+		}
 		return err
 	}
 	select {
@@ -93,11 +95,16 @@ func RunDaemon(ctx context.Context, o DaemonOptions) error {
 		_ = cmd.Process.Kill()
 	}
 	select {
-	case <-exited:
+	case err := <-exited:
+		if err != nil {
+			logger.Info("MPS control daemon ended after 'quit' with an error", "err", err)
+		}
 	case <-time.After(o.StopTimeout):
 		logger.Info("MPS control daemon did not quit in time; killing it", "timeout", o.StopTimeout)
 		_ = cmd.Process.Kill()
-		<-exited
+		if err := <-exited; err != nil {
+			logger.V(4).Info("MPS control daemon killed", "status", err)
+		}
 	}
 	return nil
 }
