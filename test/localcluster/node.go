@@ -68,6 +68,12 @@ func (c *Cluster) prepareNode(ctx context.Context, spec NodeSpec) error {
 	if err := bind(n.DriverRoot(), layout.NodePath); err != nil {
 		return err
 	}
+	// Shared, like a host's mounts under systemd: pods may mount the driver
+	// root with HostToContainer propagation (the MPS daemon Pods do), which
+	// the runtime refuses for a private mount.
+	if _, err := run(ctx, c.nsenter(spec.Name, "mount", "--make-shared", layout.NodePath)...); err != nil {
+		return fmt.Errorf("node %s: %w", spec.Name, err)
+	}
 	return c.makeCgroups(spec.Name)
 }
 
