@@ -43,8 +43,8 @@ func TestHelmPluginAdmissionPolicy(t *testing.T) {
 			}
 		}
 	}
-	if len(objs) != 7 {
-		t.Fatalf("found %d plugin RBAC and policy objects, want 7 (ServiceAccount, ClusterRole and binding, two policies and bindings)", len(objs))
+	if len(objs) != 9 {
+		t.Fatalf("found %d plugin RBAC and policy objects, want 9 (ServiceAccount, ClusterRole and binding, three policies and bindings)", len(objs))
 	}
 	path := writeList(t, objs)
 	if out, err := kubectl("apply", "-f", path); err != nil {

@@ -81,7 +81,7 @@ func TestPodShape(t *testing.T) {
 		"chroot: directories where the chrooted daemon looks": {
 			layout:   Layout{Chroot: true, Control: "/usr/bin/nvidia-cuda-mps-control"},
 			wantPipe: "/driver-root/tmp/nvidia-mps", wantShm: "/driver-root/dev/shm",
-			wantArgs: []string{"--chroot=/driver-root", "--pipe-dir=/driver-root/tmp/nvidia-mps", "--set=set_default_active_thread_percentage 50"},
+			wantArgs: []string{"--chroot=/driver-root", "--pipe-dir=/tmp/nvidia-mps", "--set=set_default_active_thread_percentage 50"},
 		},
 		"no chroot: nothing is mounted into the driver root": {
 			layout:   Layout{Control: "/driver-root/bin/nvidia-cuda-mps-control", Env: []string{"LD_LIBRARY_PATH=/driver-root/lib64"}},

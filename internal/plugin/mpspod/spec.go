@@ -112,7 +112,13 @@ func (c *PodConfig) paths() (pipe, log, shm string) {
 // Pod is the daemon Pod of a claim whose directory (a host path) is dir.
 func (c *PodConfig) Pod(claimUID string, d *sharing.MPSDaemon) *corev1.Pod {
 	pipe, log, shm := c.paths()
-	args := []string{Subcommand, "--control=" + c.Layout.Control, "--pipe-dir=" + pipe, "--log-dir=" + log,
+	// The daemon's own view of its directories: inside the root when it
+	// runs chrooted there (RunDaemon adds the root for its own use).
+	daemonPipe, daemonLog := pipe, log
+	if c.Layout.Chroot {
+		daemonPipe, daemonLog = sharing.ContainerPipeDir, sharing.ContainerLogDir
+	}
+	args := []string{Subcommand, "--control=" + c.Layout.Control, "--pipe-dir=" + daemonPipe, "--log-dir=" + daemonLog,
 		"--devices=" + strings.Join(d.Devices, ",")}
 	if c.Layout.Chroot {
 		args = append(args, "--chroot="+PodDriverRoot)
