@@ -8,11 +8,11 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/failpoint"
 )
 
-// TestMPSDaemonGoneAfterCrashInUnprepare: the plugin crashes in the middle
-// of the claim's unprepare; the restarted plugin finishes it and the
-// daemon Pod, its process and its directory are gone.
-func TestMPSDaemonGoneAfterCrashInUnprepare(t *testing.T) {
-	useFailpointsImage(t)
+// testMPSDaemonGoneAfterCrashInUnprepare (TestFaults, with the failpoints
+// image): the plugin crashes in the middle of the claim's unprepare; the
+// restarted plugin finishes it and the daemon Pod, its process and its
+// directory are gone.
+func testMPSDaemonGoneAfterCrashInUnprepare(t *testing.T) {
 	ns := namespace(t)
 	uid, dir := mpsClaimOn(t, ns, faultNode)
 	before := daemonNow(t, faultNode, uid, dir)

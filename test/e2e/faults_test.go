@@ -66,6 +66,7 @@ func TestFaults(t *testing.T) {
 			})
 		}
 		t.Run("rollback-past-deadline", func(t *testing.T) { testRollbackPastDeadline(t, ns) })
+		t.Run("mps-crash-in-unprepare", testMPSDaemonGoneAfterCrashInUnprepare)
 	})
 	t.Run("corrupt-checkpoint", func(t *testing.T) { testCorruptCheckpoint(t, ns) })
 	t.Run("apiserver-outage", func(t *testing.T) { testAPIServerOutage(t, ns) })
