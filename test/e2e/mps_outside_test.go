@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/plugin/mpspod"
 	"github.com/gpudra/gpudra/internal/plugin/sharing"
+	"github.com/gpudra/gpudra/test/localcluster"
 	"github.com/gpudra/gpudra/test/nvmlsim"
 	"github.com/gpudra/gpudra/test/sim"
 )
@@ -179,9 +180,11 @@ func TestMPSDaemonSurvivesPlugin(t *testing.T) {
 	if !slices.ContainsFunc(inj.Mounts, func(m hostMount) bool { return m.Destination == "/dev/shm" && m.Source == shm }) {
 		t.Errorf("the client does not mount %s as /dev/shm; mounts: %+v", shm, inj.Mounts)
 	}
+	// The Pod names the node's path of the same directory.
+	nodeShm := filepath.Join(localcluster.KubeletRoot, "plugins", driver, "mps", string(uid), "shm")
 	dp := daemonPod(t, node, uid)
-	if !slices.ContainsFunc(dp.Spec.Volumes, func(v v1.Volume) bool { return v.HostPath != nil && v.HostPath.Path == shm }) {
-		t.Errorf("the daemon Pod does not mount %s; volumes: %+v", shm, dp.Spec.Volumes)
+	if !slices.ContainsFunc(dp.Spec.Volumes, func(v v1.Volume) bool { return v.HostPath != nil && v.HostPath.Path == nodeShm }) {
+		t.Errorf("the daemon Pod does not mount %s; volumes: %+v", nodeShm, dp.Spec.Volumes)
 	}
 	if got := computeMode(t, node, gpu); got != nvml.COMPUTEMODE_EXCLUSIVE_PROCESS {
 		t.Errorf("compute mode of %s with an MPS claim: %d, want EXCLUSIVE_PROCESS", gpu, got)

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpudra/gpudra/internal/plugin/mpspod"
 )
 
 // ImportImage imports an OCI image tarball (e.g. the fault suite's
@@ -31,12 +33,21 @@ func (c *Cluster) ImportImage(ctx context.Context, tar string) error {
 // PluginPIDs returns the host PIDs of the gpu-kubelet-plugin processes
 // running in node's pods (two during a rolling update), found through
 // /proc: their executable and their cgroup, which is under the node's. It
-// needs no API server, so it also works during an outage.
+// needs no API server, so it also works during an outage. The MPS daemon
+// Pods run the same binary (its mps-control-daemon subcommand): they are no
+// plugin and left out.
 func (c *Cluster) PluginPIDs(node string) ([]int, error) {
 	if _, err := c.nodeIndex(node); err != nil {
 		return nil, err
 	}
-	return podProcesses("gpu-kubelet-plugin", CgroupParent(c.clusterName(), node)+"/pods/")
+	pids, err := podProcesses("gpu-kubelet-plugin", CgroupParent(c.clusterName(), node)+"/pods/")
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(pids, func(pid int) bool {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		return err == nil && slices.Contains(strings.Split(string(cmdline), "\x00"), mpspod.Subcommand)
+	}), nil
 }
 
 // ControllerPIDs returns the host PIDs of the gpu-controller processes
