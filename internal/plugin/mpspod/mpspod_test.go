@@ -187,9 +187,12 @@ func TestRunDaemon(t *testing.T) {
 	require.NoError(t, os.MkdirAll(logDir, 0o755))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Built before the clock below starts: under load a build takes longer
+	// than the wait for the daemon's settings.
+	control := fakeMPSControl(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- RunDaemon(ctx, DaemonOptions{Control: fakeMPSControl(t), PipeDir: pipe, LogDir: logDir, Devices: []string{gpuA},
+		done <- RunDaemon(ctx, DaemonOptions{Control: control, PipeDir: pipe, LogDir: logDir, Devices: []string{gpuA},
 			Settings: []string{"set_default_active_thread_percentage 30"}, StartTimeout: 10 * time.Second})
 	}()
 	var st *fakegpu.MPSState
