@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -74,11 +73,19 @@ func RunDaemon(ctx context.Context, o DaemonOptions) error {
 	go func() { exited <- cmd.Wait() }()
 	logger.Info("Started MPS control daemon", "pid", cmd.Process.Pid, "devices", o.Devices, "chroot", o.Chroot)
 	if err := o.configure(ctx, exited); err != nil {
-		_ = cmd.Process.Kill()
-		if werr := <-exited; werr != nil {
-			logger.V(4).Info("MPS control daemon killed", "status", werr)
+		if errors.Is(err, errExitedAtStart) {
+			return err
 		}
-		return err
+		if ctx.Err() == nil {
+			_ = cmd.Process.Kill()
+			if werr := <-exited; werr != nil {
+				logger.V(4).Info("MPS control daemon killed", "status", werr)
+			}
+			return err
+		}
+		// The Pod was deleted while the daemon started: stopped like a
+		// configured one (its settings need no finishing), not killed.
+		logger.V(2).Info("Pod ended while the MPS control daemon started", "err", err)
 	}
 	select {
 	case err := <-exited:
@@ -90,9 +97,8 @@ func RunDaemon(ctx context.Context, o DaemonOptions) error {
 	case <-ctx.Done():
 	}
 	logger.Info("Stopping MPS control daemon")
-	if _, err := o.client(context.Background(), o.StopTimeout, "quit"); err != nil {
-		logger.Error(err, "'quit' not taken; killing the daemon")
-		_ = cmd.Process.Kill()
+	if stopped := o.quit(ctx, exited, cmd.Process); stopped {
+		return nil
 	}
 	select {
 	case err := <-exited:
@@ -109,17 +115,48 @@ func RunDaemon(ctx context.Context, o DaemonOptions) error {
 	return nil
 }
 
+// quit sends "quit" until the daemon takes it (one still starting has no
+// socket yet: killed, it would leave one behind) or StopTimeout has passed,
+// then kills it. It reports whether the daemon already ended meanwhile.
+func (o DaemonOptions) quit(ctx context.Context, exited <-chan error, p *os.Process) (ended bool) {
+	logger := klog.FromContext(ctx)
+	deadline := time.Now().Add(o.StopTimeout)
+	for {
+		_, err := o.client(context.WithoutCancel(ctx), min(5*time.Second, max(time.Until(deadline), time.Second)), "quit")
+		if err == nil {
+			return false
+		}
+		select {
+		case werr := <-exited:
+			logger.Info("MPS control daemon ended before it took 'quit'", "status", werr)
+			return true
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			logger.Error(err, "'quit' not taken; killing the daemon", "timeout", o.StopTimeout)
+			_ = p.Kill()
+			return false
+		}
+	}
+}
+
+// errExitedAtStart: configure saw the daemon exit (its status is wrapped).
+var errExitedAtStart = errors.New("MPS control daemon exited at start")
+
 // configure waits until the daemon answers, then sends the settings.
 func (o DaemonOptions) configure(ctx context.Context, exited <-chan error) error {
 	deadline := time.Now().Add(o.StartTimeout)
 	for {
-		answer, err := o.client(ctx, 5*time.Second, "get_default_active_thread_percentage")
-		if err == nil && isNumber(answer) {
+		answer, err := o.client(ctx, 5*time.Second, sharing.ProbeCommand)
+		if err == nil && sharing.ProbeAnswered(answer) {
 			break
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("MPS control daemon exited at start: %w", err)
+			if err == nil {
+				return fmt.Errorf("%w with status 0", errExitedAtStart)
+			}
+			return fmt.Errorf("%w: %w", errExitedAtStart, err)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -134,15 +171,6 @@ func (o DaemonOptions) configure(ctx context.Context, exited <-chan error) error
 		}
 	}
 	return nil
-}
-
-func isNumber(s string) bool {
-	for _, f := range strings.Fields(s) {
-		if _, err := strconv.ParseFloat(f, 64); err == nil {
-			return true
-		}
-	}
-	return false
 }
 
 // client runs the control tool in client mode with cmds on stdin.

@@ -171,9 +171,10 @@ func fakeMPSControl(t *testing.T) string {
 }
 
 // TestRunDaemon: the Pod's process starts the daemon, applies the claim's
-// settings, and on SIGTERM (the Pod deleted) stops it through its pipe.
+// settings, and on SIGTERM (the Pod deleted) stops it through its pipe, also
+// when the Pod is deleted before the daemon has answered (the settings still
+// being sent then ended in an error and a killed daemon).
 func TestRunDaemon(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
 	// The fake tool needs libnvidia-ml like the real one, which a root's
 	// loader would give it (chroot) or the daemon's LD_LIBRARY_PATH
 	// (GKE's lib64): here the simulated one is preloaded into its
@@ -181,37 +182,54 @@ func TestRunDaemon(t *testing.T) {
 	env, err := nvmlsim.ToolEnv()
 	require.NoError(t, err)
 	t.Setenv("LD_PRELOAD", strings.TrimPrefix(env[0], "LD_PRELOAD="))
-	dir := t.TempDir()
-	pipe, logDir := filepath.Join(dir, "pipe"), filepath.Join(dir, "log")
-	require.NoError(t, os.MkdirAll(pipe, 0o755))
-	require.NoError(t, os.MkdirAll(logDir, 0o755))
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// Built before the clock below starts: under load a build takes longer
+	// Built before any clock below starts: under load a build takes longer
 	// than the wait for the daemon's settings.
 	control := fakeMPSControl(t)
-	done := make(chan error, 1)
-	go func() {
-		done <- RunDaemon(ctx, DaemonOptions{Control: control, PipeDir: pipe, LogDir: logDir, Devices: []string{gpuA},
-			Settings: []string{"set_default_active_thread_percentage 30"}, StartTimeout: 10 * time.Second})
-	}()
-	var st *fakegpu.MPSState
-	require.Eventually(t, func() bool {
-		s, err := fakegpu.ReadMPSState(logDir)
-		st = s
-		return err == nil && s.ActiveThreadPercentage == 30
-	}, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, []string{gpuA}, st.Devices)
-	pid := st.PID
-	require.NoError(t, syscall.Kill(pid, 0), "the daemon runs")
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("RunDaemon did not return after its context ended")
+	for _, tc := range []struct {
+		name string
+		// configured: the Pod is deleted once the settings are applied,
+		// else before the daemon is started.
+		configured bool
+	}{
+		{name: "deleted once configured", configured: true},
+		{name: "deleted while starting"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			dir := t.TempDir()
+			pipe, logDir := filepath.Join(dir, "pipe"), filepath.Join(dir, "log")
+			require.NoError(t, os.MkdirAll(pipe, 0o755))
+			require.NoError(t, os.MkdirAll(logDir, 0o755))
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			if !tc.configured {
+				cancel()
+			}
+			done := make(chan error, 1)
+			go func() {
+				done <- RunDaemon(ctx, DaemonOptions{Control: control, PipeDir: pipe, LogDir: logDir, Devices: []string{gpuA},
+					Settings: []string{"set_default_active_thread_percentage 30"}, StartTimeout: 10 * time.Second})
+			}()
+			if tc.configured {
+				require.Eventually(t, func() bool {
+					s, err := fakegpu.ReadMPSState(logDir)
+					return err == nil && s.ActiveThreadPercentage == 30
+				}, 10*time.Second, 20*time.Millisecond)
+				cancel()
+			}
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("RunDaemon did not return after its context ended")
+			}
+			st, err := fakegpu.ReadMPSState(logDir)
+			require.NoError(t, err, "the daemon started")
+			require.Equal(t, []string{gpuA}, st.Devices)
+			require.Error(t, syscall.Kill(st.PID, 0), "the daemon quit")
+			require.NoFileExists(t, filepath.Join(pipe, fakegpu.ControlSocket), "the daemon quit through its pipe, it was not killed")
+			out, _ := os.ReadFile(filepath.Join(logDir, "daemon.out"))
+			require.NotContains(t, strings.ToLower(string(out)), "panic")
+		})
 	}
-	require.Error(t, syscall.Kill(pid, 0), "the daemon quit")
-	out, _ := os.ReadFile(filepath.Join(logDir, "daemon.out"))
-	require.NotContains(t, strings.ToLower(string(out)), "panic")
 }

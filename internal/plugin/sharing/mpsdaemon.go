@@ -19,31 +19,40 @@ import (
 	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
-// probeCommand is the query that tells whether a daemon answers. It only
+// ProbeCommand is the query that tells whether a daemon answers. It only
 // reads a setting, so it changes nothing, and a live daemon always answers
 // it with a number ("100.0"): an exit status of 0 alone is not trusted.
 // get_server_list would do as well, but its answer is empty when no client
 // has connected yet, indistinguishable from a client that printed nothing.
-const probeCommand = "get_default_active_thread_percentage"
+const ProbeCommand = "get_default_active_thread_percentage"
+
+// ProbeAnswered tells whether out, what the control tool printed for
+// ProbeCommand, is a live daemon's answer (it holds a number).
+func ProbeAnswered(out string) bool {
+	for _, f := range strings.Fields(out) {
+		if _, err := strconv.ParseFloat(f, 64); err == nil {
+			return true
+		}
+	}
+	return false
+}
 
 // errNoAnswer marks a daemon that does not answer its pipe.
 var errNoAnswer = errors.New("the MPS control daemon does not answer")
 
-// probe asks the daemon of dir for probeCommand through the control tool,
+// probe asks the daemon of dir for ProbeCommand through the control tool,
 // as an administrator would, and returns nil if it answers. The daemon's
 // pipe is a host path, so this works from any plugin instance whatever its
 // PID namespace.
 func (c *MPSControl) probe(ctx context.Context, dir string) error {
-	out, err := c.run(ctx, dir, c.opts.ProbeTimeout, probeCommand)
+	out, err := c.run(ctx, dir, c.opts.ProbeTimeout, ProbeCommand)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNoAnswer, err)
 	}
-	for _, f := range strings.Fields(out) {
-		if _, err := strconv.ParseFloat(f, 64); err == nil {
-			return nil
-		}
+	if ProbeAnswered(out) {
+		return nil
 	}
-	return fmt.Errorf("%w: %q answered %q, not a number", errNoAnswer, probeCommand, strings.TrimSpace(out))
+	return fmt.Errorf("%w: %q answered %q, not a number", errNoAnswer, ProbeCommand, strings.TrimSpace(out))
 }
 
 // run runs the control tool in client mode with the commands on stdin and
