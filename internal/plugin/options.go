@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/internal/plugin/mig"
+	"github.com/gpudra/gpudra/internal/plugin/slice"
 	"github.com/gpudra/gpudra/internal/shared/compat"
 	"github.com/gpudra/gpudra/internal/shared/envflag"
 )
@@ -52,6 +53,9 @@ type Options struct {
 	MIG string
 	// MIGProfiles limits the profiles dynamic MIG publishes (--mig-profiles).
 	MIGProfiles []string
+	// NUMANodeAttribute is the form of numaNode: slice.NUMAScalar or
+	// slice.NUMAList (--numa-node-attribute).
+	NUMANodeAttribute string
 	// Sharing: see sharing.go.
 	GPUSharing     string
 	NvidiaSMIPath  string
@@ -97,6 +101,10 @@ func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.MIGProfiles, "mig-profiles", nil,
 		"With --mig=dynamic: publish only these MIG profiles (e.g. 1g.10gb,3g.40gb; default all). Fewer devices per GPU make scheduling "+
 			"on the node cheaper; the GPU's MIG counters are unchanged.")
+	fs.StringVar(&o.NUMANodeAttribute, "numa-node-attribute", slice.NUMAScalar,
+		"Form of resource.kubernetes.io/numaNode: scalar (the GPU's NUMA node), or list (the GPU's node, then the other nodes of its socket "+
+			"at the smallest distance: GPUs on two sub-NUMA clusters of one socket then match a matchAttribute on numaNode). list needs the "+
+			"DRAListTypeAttributes feature gate on the API server and the scheduler (alpha in Kubernetes 1.36 and 1.37).")
 	o.addGPUSharingFlag(fs)
 }
 
@@ -164,6 +172,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128 {
 		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)
+	}
+	if o.NUMANodeAttribute != slice.NUMAScalar && o.NUMANodeAttribute != slice.NUMAList {
+		return fmt.Errorf("--numa-node-attribute=%q: must be %q or %q", o.NUMANodeAttribute, slice.NUMAScalar, slice.NUMAList)
 	}
 	mode, err := mig.ParseMode(o.MIG)
 	if err != nil {

@@ -71,7 +71,7 @@ func (o *Options) validateSharing() error {
 
 func (o *Options) sliceOptions() slice.Options {
 	return slice.Options{MaxDevicesPerSlice: o.maxDevicesPerSlice(), ConsumableMemory: o.GPUSharing == SharingConsumable,
-		NVIDIAAttributes: o.names.Mode == compat.NVIDIA}
+		NVIDIAAttributes: o.names.Mode == compat.NVIDIA, NUMAList: o.NUMANodeAttribute == slice.NUMAList}
 }
 
 // sharingTools returns the time slicer and MPS control of the node.

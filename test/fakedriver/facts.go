@@ -15,6 +15,8 @@ import (
 type nodeFacts struct {
 	DriverVersion string
 	GPUs          []gpuFacts
+	// NUMA is the host's NUMA layout (sys/devices/system/node).
+	NUMA sim.NUMATopology
 }
 
 type gpuFacts struct {
@@ -49,7 +51,7 @@ func readFacts(p *sim.Profile, node string) (*nodeFacts, error) {
 	if len(n.Unavailable) > 0 {
 		return nil, fmt.Errorf("simulated NVML: GPU %d does not answer: %s", n.Unavailable[0].Index, n.Unavailable[0].Error)
 	}
-	f := &nodeFacts{DriverVersion: n.DriverVersion}
+	f := &nodeFacts{DriverVersion: n.DriverVersion, NUMA: srv.NUMATopology()}
 	minors := map[int]bool{}
 	for _, g := range n.GPUs {
 		if minors[g.Minor] {

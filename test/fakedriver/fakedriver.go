@@ -139,6 +139,7 @@ func Generate(opts Options) error {
 	w.deviceNodes(facts)
 	w.proc(facts)
 	w.sys(facts)
+	w.numa(facts.NUMA)
 	if w.err != nil {
 		return fmt.Errorf("generate fake driver root %s: %w", opts.Dir, w.err)
 	}

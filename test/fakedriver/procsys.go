@@ -3,6 +3,10 @@ package fakedriver
 import (
 	"fmt"
 	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gpudra/gpudra/test/sim"
 )
 
 // proc writes the driver's /proc files (mig-minors, capabilities and
@@ -57,6 +61,30 @@ func (w *writer) sys(f *nodeFacts) {
 		w.file(filepath.Join("sys", portDir, "numa_node"), fmt.Appendf(nil, "%d\n", g.NUMANode), 0o444)
 		w.symlink(filepath.Join("../../..", portDir), filepath.Join("sys/bus/pci/devices", port))
 		w.symlink(filepath.Join("../../..", gpuDir), filepath.Join("sys/bus/pci/devices", g.BusID))
+	}
+}
+
+// cpusPerNUMANode is how many CPUs each simulated NUMA node lists.
+const cpusPerNUMANode = 2
+
+// numa writes the host's NUMA nodes as the kernel shows them: each node's
+// SLIT distances and CPUs, and each CPU's socket, which is what
+// k8s.io/dynamic-resource-allocation/deviceattribute reads for the list
+// form of numaNode (same-socket nodes at the smallest distance).
+func (w *writer) numa(t sim.NUMATopology) {
+	for i, row := range t.Distances {
+		dist := make([]string, len(row))
+		for j, d := range row {
+			dist[j] = strconv.Itoa(d)
+		}
+		dir := filepath.Join("sys/devices/system/node", fmt.Sprintf("node%d", i))
+		w.file(filepath.Join(dir, "distance"), []byte(strings.Join(dist, " ")+"\n"), 0o444)
+		first := i * cpusPerNUMANode
+		w.file(filepath.Join(dir, "cpulist"), fmt.Appendf(nil, "%d-%d\n", first, first+cpusPerNUMANode-1), 0o444)
+		for c := first; c < first+cpusPerNUMANode; c++ {
+			w.file(filepath.Join("sys/devices/system/cpu", fmt.Sprintf("cpu%d", c), "topology/physical_package_id"),
+				fmt.Appendf(nil, "%d\n", t.Socket[i]), 0o444)
+		}
 	}
 }
 

@@ -67,10 +67,17 @@ func (c *Cluster) startAPIServer() error {
 		"--kubelet-client-key", c.pkiFile("apiserver-kubelet-client.key"),
 		"--kubelet-preferred-address-types", "InternalIP,Hostname",
 		"--profiling=false",
+		"--feature-gates", alphaFeatureGates,
 		"--v", strconv.Itoa(c.cfg.Verbosity),
 	}, nil)
 	return err
 }
+
+// alphaFeatureGates are the Kubernetes alpha features the local cluster's
+// API server and scheduler enable: DRAListTypeAttributes, for the list form
+// of numaNode (--numa-node-attribute=list; nodes without it publish the
+// scalar form, which the gate does not change).
+const alphaFeatureGates = "DRAListTypeAttributes=true"
 
 func (c *Cluster) startKubeComponent(name string, port int, extra ...string) error {
 	kc := c.Kubeconfig(name)
@@ -210,7 +217,7 @@ func (c *Cluster) upControlPlane(ctx context.Context) error {
 		return err
 	}
 	c.logf("kube-apiserver ready on %s (advertised at %s)", c.apiserverURL(), c.cfg.HostIP)
-	if err := c.startKubeComponent(schedulerName, c.cfg.SchedulerPort); err != nil {
+	if err := c.startKubeComponent(schedulerName, c.cfg.SchedulerPort, "--feature-gates", alphaFeatureGates); err != nil {
 		return err
 	}
 	if err := c.startControllerManager(); err != nil {

@@ -18,6 +18,9 @@ type Profile struct {
 	CUDADriverVersion int
 	// GPUs in NVML index order, which is PCI bus ID order.
 	GPUs []GPU
+	// NUMANodesPerSocket is the host's sub-NUMA clustering: NUMA nodes per
+	// CPU socket (1 without SNC). See Server.NUMATopology.
+	NUMANodesPerSocket int
 	// Source says where the profile came from: "builtin" or a file path.
 	Source string
 }

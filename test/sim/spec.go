@@ -25,6 +25,9 @@ type profileSpec struct {
 	GPUs              []gpuGroupSpec `json:"gpus"`
 	Models            []modelSpec    `json:"models"`
 	NVLink            []nvlinkSpec   `json:"nvlink"`
+	// NUMANodesPerSocket is the node's sub-NUMA clustering (SNC): how many
+	// NUMA nodes each CPU socket is split into (default 1).
+	NUMANodesPerSocket int `json:"numaNodesPerSocket"`
 }
 
 // deviceSpec holds the per-GPU settings. In a gpus[] entry they apply to all

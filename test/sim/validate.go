@@ -50,6 +50,14 @@ func (s *profileSpec) validate() (*Profile, error) {
 		return nil, fmt.Errorf("cudaDriverVersion: %q is not a CUDA version like \"12.4\"", string(s.CUDADriverVersion))
 	}
 	p.CUDADriverVersion = major*1000 + minor*10
+	switch {
+	case s.NUMANodesPerSocket == 0:
+		p.NUMANodesPerSocket = 1
+	case s.NUMANodesPerSocket < 0 || s.NUMANodesPerSocket > maxNUMANodesPerSocket:
+		return nil, fmt.Errorf("numaNodesPerSocket: %d is not between 1 and %d", s.NUMANodesPerSocket, maxNUMANodesPerSocket)
+	default:
+		p.NUMANodesPerSocket = s.NUMANodesPerSocket
+	}
 
 	builtin, err := builtinModels()
 	if err != nil {

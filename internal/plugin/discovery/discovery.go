@@ -81,6 +81,9 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		}
 		gpu.PCIeRoot = pcieRoot(ctx, gpu.PCIBusID, resolver, opts)
 		gpu.NUMANode = numaNode(ctx, gpu.PCIBusID, numaResolver, opts)
+		if gpu.NUMANode != nil && numaResolver == nil {
+			gpu.NUMANeighbours = numaNeighbours(ctx, *gpu.NUMANode, opts)
+		}
 		logger.V(4).Info("Discovered GPU", "index", gpu.Index, "minor", gpu.Minor, "uuid", gpu.UUID,
 			"product", gpu.ProductName, "pciBusID", gpu.PCIBusID, "pcieRoot", gpu.PCIeRoot, "migEnabled", gpu.MIGEnabled)
 		node.GPUs = append(node.GPUs, gpu)

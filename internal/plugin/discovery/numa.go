@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/klog/v2"
 )
 
@@ -62,4 +63,27 @@ func numaNode(ctx context.Context, busID string, resolver NUMANodeResolver, opts
 		return nil
 	}
 	return &n
+}
+
+// numaNeighbours are the NUMA nodes that k8s.io/dynamic-resource-allocation's
+// list form of numaNode adds to node: those of its socket at the smallest
+// SLIT distance (<sysfs>/devices/system/node). None where sysfs has no
+// distances or the socket holds one node.
+func numaNeighbours(ctx context.Context, node int, opts Options) []int {
+	root := opts.SysfsRoot
+	if root == "" {
+		root = "/sys"
+	}
+	attr, err := deviceattribute.GetNUMANodeAttribute(node, deviceattribute.ListAttribute, deviceattribute.WithFSFromRoot(root))
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("No NUMA neighbours", "numaNode", node, "err", err)
+		return nil
+	}
+	var out []int
+	for _, n := range attr.Value.IntValues {
+		if int(n) != node {
+			out = append(out, int(n))
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -85,4 +86,45 @@ func TestDiscoverNUMANodeFromSimulator(t *testing.T) {
 	require.Len(t, node.GPUs, 1)
 	require.NotNil(t, node.GPUs[0].NUMANode)
 	require.Equal(t, 0, *node.GPUs[0].NUMANode)
+}
+
+// TestDiscoverNUMANeighbours: the GPU's NUMA neighbours are the nodes of its
+// socket at the smallest SLIT distance, read from sysfs: with sub-NUMA
+// clustering the socket's other node, without it none, and none where sysfs
+// has no distances.
+func TestDiscoverNUMANeighbours(t *testing.T) {
+	snc2 := map[int]string{0: "10 12 21 21", 1: "12 10 21 21", 2: "21 21 10 12", 3: "21 21 12 10"}
+	for name, tc := range map[string]struct {
+		numa      string
+		distances map[int]string
+		sockets   []int // of nodes 0.. (one CPU each)
+		want      []int
+	}{
+		"SNC-2, GPU on node 1":     {numa: "1", distances: snc2, sockets: []int{0, 0, 1, 1}, want: []int{0}},
+		"SNC-2, GPU on node 2":     {numa: "2", distances: snc2, sockets: []int{0, 0, 1, 1}, want: []int{3}},
+		"two sockets, no SNC":      {numa: "1", distances: map[int]string{0: "10 21", 1: "21 10"}, sockets: []int{0, 1}},
+		"no distances in sysfs":    {numa: "1"},
+		"no affinity: no numaNode": {numa: "-1", distances: snc2, sockets: []int{0, 0, 1, 1}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := numaProfile(t, "not-supported")
+			sys := t.TempDir()
+			dir := filepath.Join(sys, "bus", "pci", "devices", "0000:17:00.0")
+			require.NoError(t, os.MkdirAll(dir, 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "numa_node"), []byte(tc.numa+"\n"), 0o444))
+			for n, d := range tc.distances {
+				nd := filepath.Join(sys, "devices", "system", "node", fmt.Sprintf("node%d", n))
+				require.NoError(t, os.MkdirAll(nd, 0o755))
+				require.NoError(t, os.WriteFile(filepath.Join(nd, "distance"), []byte(d+"\n"), 0o444))
+				require.NoError(t, os.WriteFile(filepath.Join(nd, "cpulist"), fmt.Appendf(nil, "%d\n", n), 0o444))
+				cd := filepath.Join(sys, "devices", "system", "cpu", fmt.Sprintf("cpu%d", n), "topology")
+				require.NoError(t, os.MkdirAll(cd, 0o755))
+				require.NoError(t, os.WriteFile(filepath.Join(cd, "physical_package_id"), fmt.Appendf(nil, "%d\n", tc.sockets[n]), 0o444))
+			}
+			node, err := Discover(context.Background(), simOnly{srv}, Options{SysfsRoot: sys})
+			require.NoError(t, err)
+			require.Len(t, node.GPUs, 1)
+			require.Equal(t, tc.want, node.GPUs[0].NUMANeighbours)
+		})
+	}
 }

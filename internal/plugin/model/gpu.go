@@ -29,6 +29,11 @@ type GPU struct {
 	PCIeRoot string `json:"pcieRoot,omitempty"`
 	// NUMANode is the NUMA node of the GPU; nil when unknown.
 	NUMANode *int `json:"numaNode,omitempty"`
+	// NUMANeighbours are the other NUMA nodes of NUMANode's socket at the
+	// smallest SLIT distance from it (sub-NUMA clustering splits a socket
+	// into several), as sysfs shows them; empty without SNC. NUMANode
+	// followed by them is the list form of numaNode (slice.WithNUMAList).
+	NUMANeighbours []int `json:"numaNeighbours,omitempty"`
 	// ECCEnabled reports whether ECC is on (NVML's current ECC mode); false
 	// on a GPU without ECC.
 	ECCEnabled bool `json:"eccEnabled"`

@@ -85,8 +85,14 @@ func gpuClaim(name string, reqs ...request) *resourceapi.ResourceClaim {
 
 func allocate(t *testing.T, slices []*resourceapi.ResourceSlice, node string, allocated sets.Set[structured.DeviceID], claim *resourceapi.ResourceClaim) []resourceapi.DeviceRequestAllocationResult {
 	t.Helper()
+	return allocateWith(t, structured.Features{PrioritizedList: true, AdminAccess: true}, slices, node, allocated, claim)
+}
+
+// allocateWith is allocate with the allocator's feature gates.
+func allocateWith(t *testing.T, features structured.Features, slices []*resourceapi.ResourceSlice, node string, allocated sets.Set[structured.DeviceID], claim *resourceapi.ResourceClaim) []resourceapi.DeviceRequestAllocationResult {
+	t.Helper()
 	ctx := context.Background()
-	a, err := structured.NewAllocator(ctx, structured.Features{PrioritizedList: true, AdminAccess: true},
+	a, err := structured.NewAllocator(ctx, features,
 		structured.AllocatedState{AllocatedDevices: allocated, AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 			AggregatedCapacity: structured.NewConsumedCapacityCollection()},
 		classes, slices, cel.NewCache(10, cel.Features{}))

@@ -59,6 +59,8 @@ type Options struct {
 	// NVIDIAAttributes adds the attributes and capacities of NVIDIA's DRA
 	// driver (WithNVIDIAAttributes), for the NVIDIA compatibility mode.
 	NVIDIAAttributes bool
+	// NUMAList publishes numaNode in its list form (WithNUMAList).
+	NUMAList bool
 }
 
 // Devices converts every GPU of the node into ResourceSlice devices: the
@@ -114,6 +116,9 @@ func Resources(poolName string, node *model.Node, opts Options) (resourceslice.D
 			return resourceslice.DriverResources{}, err
 		}
 	}
+	if opts.NUMAList {
+		WithNUMAList(node, devices)
+	}
 	return PackWithCounters(poolName, devices, counterSets(node), opts), nil
 }
 
@@ -125,14 +130,14 @@ func Pack(poolName string, devices []resourceapi.Device, opts Options) resources
 // PackWithCounters splits devices and counter sets into slices of one pool,
 // as the API requires: a slice holds either devices or counter sets, at
 // most 8 counter sets, and at most 64 devices once any device consumes
-// counters or has taints.
+// counters, has taints or a list-valued attribute.
 func PackWithCounters(poolName string, devices []resourceapi.Device, counters []resourceapi.CounterSet, opts Options) resourceslice.DriverResources {
 	max := opts.MaxDevicesPerSlice
 	if max <= 0 || max > resourceapi.ResourceSliceMaxDevices {
 		max = resourceapi.ResourceSliceMaxDevices
 	}
 	for _, d := range devices {
-		if len(d.ConsumesCounters) > 0 || len(d.Taints) > 0 {
+		if len(d.ConsumesCounters) > 0 || len(d.Taints) > 0 || hasListAttribute(d) {
 			max = min(max, resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures)
 			break
 		}

@@ -79,6 +79,7 @@ spec:
         {{- with $p.migProfiles }}
         - --mig-profiles={{ join "," . }}
         {{- end }}
+        - --numa-node-attribute={{ $p.numaNodeAttribute | default "scalar" }}
         # NVML and the driver's files are read at /driver-root (the mount
         # below); CDI specs name them as the host sees them.
         - --nvidia-driver-root=/driver-root
