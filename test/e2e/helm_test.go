@@ -203,6 +203,11 @@ func TestHelmChartDryRun(t *testing.T) {
 		{"simulated", []string{"--values", simulated}, checkSimulated},
 		{"certManager", []string{"--set", "controller.certMode=certManager"}, checkCertManager},
 		{"secret", []string{"--set", "controller.certMode=secret,controller.certSecretName=my-tls,controller.webhook.caBundle=Zm9v"}, checkSecretMode},
+		{"webhook-fail", []string{"--set", "controller.webhook.failurePolicy=Fail"}, func(t *testing.T, _ string, objs []*unstructured.Unstructured) {
+			if p := convert[admissionv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration").Webhooks[0].FailurePolicy; p == nil || *p != admissionv1.Fail {
+				t.Errorf("webhook failurePolicy %v, want Fail", p)
+			}
+		}},
 		{"controller-disabled", []string{"--values", simulated, "--set", "controller.enabled=false"}, checkStaticClasses},
 		{"monitoring", []string{"--set", "monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true," +
 			"monitoring.grafanaDashboard.enabled=true,kubeletPlugin.telemetry.interval=15s"}, checkMonitoring},
@@ -232,6 +237,7 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{
 		{"controller.certMode=secret", "needs controller.certSecretName"},
 		{"controller.certMode=vault", "must be selfManaged, certManager or secret"},
+		{"controller.webhook.failurePolicy=Maybe", "must be Ignore or Fail"},
 		{"controller.leaderElection=false", "needs controller.leaderElection"},
 		{"monitoring.podMonitor.enabled=true,kubeletPlugin.metricsPort=0", "need kubeletPlugin.metricsPort"},
 	} {
