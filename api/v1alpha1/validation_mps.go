@@ -12,6 +12,11 @@ const (
 	// MinPinnedMemoryLimit is the smallest pinned-memory limit accepted: MPS
 	// takes limits in whole MiB.
 	MinPinnedMemoryLimit = 1 << 20
+	// MaxPinnedMemoryLimit is the largest limit accepted: far above the
+	// memory of any GPU (prepare bounds a limit by its device's memory), and
+	// low enough that every accepted quantity is an int64 of bytes (a plain
+	// decimal of 2^63 or more would wrap negative in Quantity.Value).
+	MaxPinnedMemoryLimit = 1 << 50
 	// MaxMPSDeviceOrdinal bounds the keys of perDevicePinnedMemoryLimits; a
 	// claim never gets more GPUs than a node has.
 	MaxMPSDeviceOrdinal = 127
@@ -24,7 +29,7 @@ func validateMPS(c *MpsConfig, path *field.Path) field.ErrorList {
 			"must be between 1 and 100 (percent of the GPU's multiprocessors per client)"))
 	}
 	if q := c.DefaultPinnedDeviceMemoryLimit; q != nil {
-		errs = append(errs, validateLimit(*q, path.Child("defaultPinnedDeviceMemoryLimit"))...)
+		errs = append(errs, ValidatePinnedMemoryLimit(*q, path.Child("defaultPinnedDeviceMemoryLimit"))...)
 	}
 	perDevice := path.Child("perDevicePinnedMemoryLimits")
 	for k, q := range c.PerDevicePinnedMemoryLimits {
@@ -32,14 +37,21 @@ func validateMPS(c *MpsConfig, path *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(perDevice.Key(k), k, err.Error()))
 			continue
 		}
-		errs = append(errs, validateLimit(q, perDevice.Key(k))...)
+		errs = append(errs, ValidatePinnedMemoryLimit(q, perDevice.Key(k))...)
 	}
 	return errs
 }
 
-func validateLimit(q resource.Quantity, path *field.Path) field.ErrorList {
+// ValidatePinnedMemoryLimit checks an MPS pinned-memory limit against
+// MinPinnedMemoryLimit and MaxPinnedMemoryLimit. The NVIDIA-format decoder
+// (internal/shared/compat) uses it too.
+func ValidatePinnedMemoryLimit(q resource.Quantity, path *field.Path) field.ErrorList {
 	if q.CmpInt64(MinPinnedMemoryLimit) < 0 {
 		return field.ErrorList{field.Invalid(path, q.String(), "must be at least 1Mi (MPS limits are whole MiB)")}
+	}
+	if q.CmpInt64(MaxPinnedMemoryLimit) > 0 {
+		return field.ErrorList{field.Invalid(path, q.String(), fmt.Sprintf("must be at most %s (no GPU has more memory)",
+			resource.NewQuantity(MaxPinnedMemoryLimit, resource.BinarySI)))}
 	}
 	return nil
 }

@@ -72,6 +72,25 @@ func TestValidate(t *testing.T) {
 				`sharing.mps.perDevicePinnedMemoryLimits[1]: Invalid value: "0": must be at least 1Mi (MPS limits are whole MiB)`}},
 		},
 		{
+			name: "MPS default limit that overflows int64",
+			in: sharing(GpuSharing{Strategy: MPSStrategy, MPS: &MpsConfig{
+				DefaultPinnedDeviceMemoryLimit: ptr.To(resource.MustParse("9223372036854775808"))}}),
+			want: []wantErr{{field.ErrorTypeInvalid, "sharing.mps.defaultPinnedDeviceMemoryLimit",
+				`sharing.mps.defaultPinnedDeviceMemoryLimit: Invalid value: "9223372036854775808": must be at most 1Pi (no GPU has more memory)`}},
+		},
+		{
+			name: "MPS per-device limit far above any GPU",
+			in: sharing(GpuSharing{Strategy: MPSStrategy, MPS: &MpsConfig{
+				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{"0": resource.MustParse("1Ei")}}}),
+			want: []wantErr{{field.ErrorTypeInvalid, "sharing.mps.perDevicePinnedMemoryLimits[0]",
+				`sharing.mps.perDevicePinnedMemoryLimits[0]: Invalid value: "1Ei": must be at most 1Pi (no GPU has more memory)`}},
+		},
+		{
+			name: "MPS limit at the upper bound",
+			in: sharing(GpuSharing{Strategy: MPSStrategy, MPS: &MpsConfig{
+				DefaultPinnedDeviceMemoryLimit: ptr.To(resource.MustParse("1Pi"))}}),
+		},
+		{
 			name: "MPS settings with time slicing",
 			in:   sharing(GpuSharing{Strategy: TimeSlicingStrategy, MPS: &MpsConfig{}}),
 			want: []wantErr{{field.ErrorTypeInvalid, "sharing.mps", ""}},

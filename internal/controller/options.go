@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/internal/controller/certs"
+	"github.com/gpudra/gpudra/internal/controller/deviceclass"
 	"github.com/gpudra/gpudra/internal/controller/webhook"
 	"github.com/gpudra/gpudra/internal/shared/compat"
 	"github.com/gpudra/gpudra/internal/shared/envflag"
@@ -68,6 +69,9 @@ type Options struct {
 	// extended resource MIGExtendedResourcePrefix+profile when the prefix is set.
 	PerProfileMIGClasses      bool
 	MIGExtendedResourcePrefix string
+	// MaxDerivedClasses bounds the per-model and per-profile classes
+	// together; 0: no bound.
+	MaxDerivedClasses int
 	// DriverName is the driver whose classes and configurations the
 	// controller serves; Compatibility (--compatibility=nvidia) makes it
 	// gpu.nvidia.com. Validate resolves both into names, once.
@@ -138,7 +142,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MIGExtendedResourcePrefix, "mig-extended-resource-prefix", "",
 		"With --per-profile-mig-classes: each MIG profile class serves the extended resource <prefix><profile> "+
 			"(nvidia.com/mig- gives nvidia.com/mig-1g.10gb, the device plugin's names; a profile's + becomes .); empty for none.")
+	fs.IntVar(&o.MaxDerivedClasses, "max-derived-classes", DefaultMaxDerivedClasses,
+		"Most per-model and per-profile MIG DeviceClasses kept together: their names come from what plugins publish. "+
+			"Models and profiles beyond it get no class (logged, a Warning event on a slice, metric "+deviceclass.MetricClassesCapped+"); 0 for no limit.")
 }
+
+// DefaultMaxDerivedClasses is --max-derived-classes' default: far more GPU
+// models and MIG profiles than a cluster has (a MIG-capable model has fewer
+// than ten profiles).
+const DefaultMaxDerivedClasses = 64
 
 // validateOnce runs Validate unless it has succeeded before, so that the
 // names are resolved once however many entry points check the options.
@@ -170,6 +182,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	} else {
 		o.names, o.DriverName = names, names.Driver
+	}
+	if o.MaxDerivedClasses < 0 {
+		errs = append(errs, fmt.Errorf("--max-derived-classes=%d: must be 0 (no limit) or positive", o.MaxDerivedClasses))
 	}
 	if o.WebhookPort == o.MetricsPort {
 		errs = append(errs, fmt.Errorf("--webhook-port and --metrics-port are both %d: they must differ", o.WebhookPort))

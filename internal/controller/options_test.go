@@ -42,6 +42,7 @@ func TestFlagsAndEnv(t *testing.T) {
 	assert.Equal(t, CertModeSelfManaged, o.CertMode)
 	assert.True(t, o.LeaderElect)
 	assert.True(t, o.PerModelClasses)
+	assert.Equal(t, DefaultMaxDerivedClasses, o.MaxDerivedClasses)
 	assert.Empty(t, o.ExtendedResourceName)
 	assert.Equal(t, compat.Default(), o.Names())
 
@@ -65,6 +66,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{args: []string{"--namespace="}, wantErr: "--namespace (or $POD_NAMESPACE) is required"},
 		{args: []string{"--webhook-port=0"}, wantErr: "--webhook-port=0: must be a port"},
+		{args: []string{"--max-derived-classes=-1"}, wantErr: "--max-derived-classes=-1: must be 0 (no limit) or positive"},
 		{args: []string{"--metrics-port=9443"}, wantErr: "must differ"},
 		{args: []string{"--kube-api-qps=0"}, wantErr: "must be positive"},
 		{args: []string{"--cert-mode=acme"}, wantErr: `--cert-mode="acme": must be one of [self-managed secret files]`},

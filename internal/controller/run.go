@@ -186,7 +186,7 @@ func runLeaderWork(ctx context.Context, opts *Options, client kubernetes.Interfa
 		ctrl, err := deviceclass.New(client, factory, recorder, deviceclass.Options{
 			PerModelClasses: opts.PerModelClasses, ExtendedResourceName: opts.ExtendedResourceName,
 			PerProfileMIGClasses: opts.PerProfileMIGClasses, MIGExtendedResourcePrefix: opts.MIGExtendedResourcePrefix,
-			Metrics: metrics, Names: opts.Names()})
+			MaxDerivedClasses: opts.MaxDerivedClasses, Metrics: metrics, Names: opts.Names()})
 		if err != nil {
 			logger.Error(err, "Cannot set up the DeviceClass controller")
 		} else {

@@ -79,6 +79,10 @@ func TestHelmPluginAdmissionPolicy(t *testing.T) {
 	}{
 		{"create own node's slice", createSlice(onNode, node, driver), true},
 		{"create another node's slice", createSlice(onNode, "not-"+node, driver), false},
+		// The scheduler keys allocated devices by driver, pool and device
+		// name: a slice of this node in another node's pool could make
+		// that node's GPUs look allocated.
+		{"create own node's slice in another node's pool", createSliceInPool(onNode, node, "not-"+node, driver), false},
 		{"create another driver's slice", createSlice(onNode, node, "other.example.com"), false},
 		{"create with a token bound to no node", createSlice(unbound, node, driver), false},
 		{"update own node's slice", updateSlice(onNode, slice.Name), true},
@@ -157,10 +161,14 @@ func someSlice(t *testing.T) *resourceapi.ResourceSlice {
 var dryRun = []string{metav1.DryRunAll}
 
 func createSlice(c kubernetes.Interface, node, drv string) error {
+	return createSliceInPool(c, node, node, drv)
+}
+
+func createSliceInPool(c kubernetes.Interface, node, pool, drv string) error {
 	s := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "vap-test-"},
 		Spec: resourceapi.ResourceSliceSpec{Driver: drv, NodeName: &node,
-			Pool: resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1}},
+			Pool: resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: 1}},
 	}
 	_, err := c.ResourceV1().ResourceSlices().Create(context.Background(), s, metav1.CreateOptions{DryRun: dryRun})
 	return err

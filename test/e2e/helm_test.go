@@ -203,6 +203,11 @@ func TestHelmChartDryRun(t *testing.T) {
 		{"simulated", []string{"--values", simulated}, checkSimulated},
 		{"certManager", []string{"--set", "controller.certMode=certManager"}, checkCertManager},
 		{"secret", []string{"--set", "controller.certMode=secret,controller.certSecretName=my-tls,controller.webhook.caBundle=Zm9v"}, checkSecretMode},
+		{"webhook-fail", []string{"--set", "controller.webhook.failurePolicy=Fail"}, func(t *testing.T, _ string, objs []*unstructured.Unstructured) {
+			if p := convert[admissionv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration").Webhooks[0].FailurePolicy; p == nil || *p != admissionv1.Fail {
+				t.Errorf("webhook failurePolicy %v, want Fail", p)
+			}
+		}},
 		{"controller-disabled", []string{"--values", simulated, "--set", "controller.enabled=false"}, checkStaticClasses},
 		{"monitoring", []string{"--set", "monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true," +
 			"monitoring.grafanaDashboard.enabled=true,kubeletPlugin.telemetry.interval=15s"}, checkMonitoring},
@@ -232,6 +237,7 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{
 		{"controller.certMode=secret", "needs controller.certSecretName"},
 		{"controller.certMode=vault", "must be selfManaged, certManager or secret"},
+		{"controller.webhook.failurePolicy=Maybe", "must be Ignore or Fail"},
 		{"controller.leaderElection=false", "needs controller.leaderElection"},
 		{"monitoring.podMonitor.enabled=true,kubeletPlugin.metricsPort=0", "need kubeletPlugin.metricsPort"},
 	} {
@@ -265,7 +271,7 @@ func checkDefault(t *testing.T, _ string, objs []*unstructured.Unstructured) {
 	if env["NODE_NAME"] != "spec.nodeName" || env["POD_UID"] != "metadata.uid" {
 		t.Errorf("plugin env from the downward API %v, want NODE_NAME and POD_UID", env)
 	}
-	checkControllerArgs(t, objs, "--cert-mode=self-managed", "--extended-resource-name=nvidia.com/gpu", "--per-model-classes=true")
+	checkControllerArgs(t, objs, "--cert-mode=self-managed", "--extended-resource-name=nvidia.com/gpu", "--per-model-classes=true", "--max-derived-classes=64")
 	checkWebhookMirrorsRecommended(t, objs)
 	if len(find(objs, "DeviceClass")) != 0 {
 		t.Error("DeviceClasses rendered although the controller manages them")

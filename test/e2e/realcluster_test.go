@@ -60,8 +60,12 @@ type containerView struct {
 }
 
 // hostMount is a mount of the container: Source is the host path of a bind
-// mount from the host's file system.
-type hostMount struct{ Source, Destination string }
+// mount from the host's file system, Options the mount's own options
+// (mountinfo's fifth field: rw, nosuid, nodev, ...).
+type hostMount struct {
+	Source, Destination string
+	Options             []string
+}
 
 // Getenv returns the value of an environment variable of the container
 // (the last one, as a process's getenv would).
@@ -85,8 +89,8 @@ func injection(t *testing.T, p *v1.Pod, container string) containerView {
 	inj.Env = strings.Split(strings.TrimSpace(env), "\n")
 	mi := mustKubectl(t, "-n", p.Namespace, "exec", p.Name, "-c", container, "--", "cat", "/proc/self/mountinfo")
 	for _, line := range strings.Split(mi, "\n") {
-		if f := strings.Fields(line); len(f) > 4 {
-			inj.Mounts = append(inj.Mounts, hostMount{Source: f[3], Destination: f[4]})
+		if f := strings.Fields(line); len(f) > 5 {
+			inj.Mounts = append(inj.Mounts, hostMount{Source: f[3], Destination: f[4], Options: strings.Split(f[5], ",")})
 		}
 	}
 	return inj

@@ -115,6 +115,20 @@ func TestMPSPodsSeeDaemonAndLimits(t *testing.T) {
 		}) {
 			t.Errorf("%s: no mount of the daemon's pipe directory %s; mounts: %+v", name, filepath.Join(daemonDir, "pipe"), inj.Mounts)
 		}
+		// The directories every container of the claim shares: a setuid
+		// binary or a device node one container leaves there must grant
+		// nothing to the others.
+		for _, dst := range []string{"/tmp/nvidia-mps", "/var/log/nvidia-mps", "/dev/shm"} {
+			i := -1 // the last mount on dst is the one the container sees
+			for j, m := range inj.Mounts {
+				if m.Destination == dst {
+					i = j
+				}
+			}
+			if i < 0 || !slices.Contains(inj.Mounts[i].Options, "nosuid") || !slices.Contains(inj.Mounts[i].Options, "nodev") {
+				t.Errorf("%s: %s must be mounted nosuid,nodev; mounts: %+v", name, dst, inj.Mounts)
+			}
+		}
 	}
 	// The daemon serves the GPU with the claim's settings.
 	st := waitDaemonState(t, filepath.Join(daemonDir, "log"), func(s *fakegpu.MPSState) bool { return len(s.PinnedMemLimits) > 0 })

@@ -37,6 +37,9 @@ type Options struct {
 	// ExtendedResourceName, when set, goes into spec.extendedResourceName of
 	// the gpu.gpudra.io class (e.g. nvidia.com/gpu).
 	ExtendedResourceName string
+	// MaxDerivedClasses bounds the per-model and per-profile classes
+	// together (cap.go); zero or less: no bound.
+	MaxDerivedClasses int
 	// Workers syncing classes in parallel; 2 when zero.
 	Workers int
 	// Metrics records reconciles; nil records nothing.
@@ -63,6 +66,9 @@ type Controller struct {
 	ernDropped  atomic.Bool // the API server drops spec.extendedResourceName
 	conflictsMu sync.Mutex
 	conflicts   map[string]string // class name -> resourceVersion already reported
+	capMu       sync.Mutex
+	created     map[string]bool // derived classes created and not seen deleted
+	capped      map[string]bool // derived classes not created: MaxDerivedClasses
 }
 
 // New registers the controller's informers with factory. Start the factory
@@ -79,7 +85,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		base: map[string]*resourceapi.DeviceClass{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpudra-deviceclass"}),
-		conflicts: map[string]string{},
+		conflicts: map[string]string{}, created: map[string]bool{}, capped: map[string]bool{},
 	}
 	for _, b := range BaseClassesFor(opts.Names, opts.ExtendedResourceName) {
 		c.base[b.Name] = b
@@ -90,7 +96,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	if _, err := classInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onClass,
 		UpdateFunc: func(_, obj any) { c.onClass(obj) },
-		DeleteFunc: c.onClass,
+		DeleteFunc: func(obj any) { c.onClass(obj); c.onClassDeleted(obj) },
 	}); err != nil {
 		return nil, fmt.Errorf("watch DeviceClasses: %w", err)
 	}
@@ -165,7 +171,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting the DeviceClass controller", "perModelClasses", c.opts.PerModelClasses,
 		"extendedResourceName", c.opts.ExtendedResourceName, "perProfileMIGClasses", c.opts.PerProfileMIGClasses,
-		"migExtendedResourcePrefix", c.opts.MIGExtendedResourcePrefix)
+		"migExtendedResourcePrefix", c.opts.MIGExtendedResourcePrefix, "maxDerivedClasses", c.opts.MaxDerivedClasses)
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
 		return fmt.Errorf("DeviceClass controller: informers did not sync: %w", context.Cause(ctx))
 	}
@@ -231,6 +237,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return err
 	}
 	if key == "" {
+		c.uncap(name)
 		return c.deleteUnused(ctx, name)
 	}
 	var desired *resourceapi.DeviceClass
@@ -242,7 +249,17 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return c.ensure(ctx, desired)
+	if _, err := c.classes.Get(name); !apierrors.IsNotFound(err) {
+		return c.ensure(ctx, desired)
+	}
+	if !c.admitDerived(ctx, name) {
+		return nil
+	}
+	if err := c.ensure(ctx, desired); err != nil {
+		c.forgetCreated(name)
+		return err
+	}
+	return nil
 }
 
 // keyFor returns the productName (MIG profile) whose class is name, if any

@@ -26,6 +26,9 @@
 // profile in the gpudra.io/mig-profile annotation, and are deleted the same
 // way.
 //
+// Per-model and per-profile classes are named after what plugins publish, so
+// their number is bounded (Options.MaxDerivedClasses, cap.go).
+//
 // The controller owns the classes labelled app.kubernetes.io/managed-by=
 // gpudra-controller (all it creates) or gpudra.io/managed=true (the per-model
 // ones, which also carry the productName in the gpudra.io/product-name

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,6 +34,9 @@ import (
 func (m *Manager) applySharing(ctx context.Context, c *claimState) error {
 	rec := c.rec
 	devs := c.sharingDevices()
+	for i := range devs {
+		devs[i].Memory = m.deviceMemory(devs[i].Name)
+	}
 	daemon, err := sharing.PlanMPS(devs)
 	if err != nil {
 		return err
@@ -285,6 +289,21 @@ func withSharingEdits(d cdi.ClaimDevice, uuid string, mps *sharing.MPSDaemon) cd
 	d.Env = append(d.Env, env...)
 	d.Mounts = append(d.Mounts, mounts...)
 	return d
+}
+
+// deviceMemory is the memory of a published device (a GPU, or a MIG
+// device of its profile), in bytes; 0 if unknown.
+func (m *Manager) deviceMemory(name string) int64 {
+	var b uint64
+	if g, ok := m.gpus[name]; ok && g.PublishesWhole() {
+		b = g.MemoryBytes
+	} else if t, ok := m.migs[name]; ok {
+		b = t.profile.MemoryBytes
+		if t.static != nil {
+			b = t.static.MemoryBytes
+		}
+	}
+	return int64(min(b, math.MaxInt64))
 }
 
 // consumedMemory is the memory a share consumed, in bytes.

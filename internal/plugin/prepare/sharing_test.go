@@ -275,3 +275,32 @@ func processAlive(pid int) bool {
 	i := strings.LastIndexByte(string(b), ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
 }
+
+// An MPS limit above the GPU's memory is refused at prepare: validation
+// only bounds limits far above any GPU.
+func TestMPSLimitAboveDeviceMemory(t *testing.T) {
+	e := newEnv(t, 1)
+	m, _ := e.manager()
+	mem := int64(e.node.GPUs[0].MemoryBytes)
+	for _, tc := range []struct {
+		name  string
+		limit int64
+		want  string
+	}{
+		{"the GPU's memory", mem, ""},
+		{"one MiB more than the GPU's memory", mem + 1<<20, "exceeds the memory of the device"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := configured(uidA, "mps", []alloc{{request: "gpu", device: "gpu-0"}},
+				fmt.Sprintf(`{"strategy":"MPS","mps":{"defaultPinnedDeviceMemoryLimit":"%d"}}`, tc.limit))
+			_, err := m.Prepare(ctx(t), c)
+			if tc.want == "" {
+				require.NoError(t, err)
+				require.NoError(t, m.Unprepare(ctx(t), ref(c)))
+				return
+			}
+			require.ErrorIs(t, err, sharing.ErrUnenforceable)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}

@@ -3,10 +3,12 @@ package sharing
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
@@ -50,6 +52,9 @@ type Device struct {
 	// ShareMemory is the memory the share consumed, in bytes (0 if the
 	// allocation records none).
 	ShareMemory int64
+	// Memory is the device's own memory (a GPU's, or a MIG device's), in
+	// bytes; 0 if unknown. No pinned-memory limit may exceed it.
+	Memory int64
 	// MIG is set for a MIG device. Its processes are time-sliced by its GPU
 	// instance; the GPU-wide time slice (nvidia-smi compute-policy) is not
 	// set for it, since other MIG devices of the GPU belong to other claims.
@@ -156,11 +161,26 @@ func pinnedLimit(dev Device, cfg *v1alpha1.MpsConfig) (int64, error) {
 				ErrUnenforceable, key, len(dev.RequestUUIDs), len(dev.RequestUUIDs)-1)
 		}
 	}
-	var limit int64
-	if q, ok := cfg.PerDevicePinnedMemoryLimits[strconv.Itoa(ordinal)]; ok {
-		limit = q.Value()
+	var q *resource.Quantity
+	if perDevice, ok := cfg.PerDevicePinnedMemoryLimits[strconv.Itoa(ordinal)]; ok {
+		q = &perDevice
 	} else if cfg.DefaultPinnedDeviceMemoryLimit != nil {
-		limit = cfg.DefaultPinnedDeviceMemoryLimit.Value()
+		q = cfg.DefaultPinnedDeviceMemoryLimit
+	}
+	var limit int64
+	if q != nil {
+		// Validation bounds limits far below this; the check keeps a
+		// quantity that got past it from wrapping negative in Value()
+		// and so silently becoming "no limit".
+		if q.CmpInt64(math.MaxInt64) >= 0 || q.Sign() <= 0 {
+			return 0, fmt.Errorf("%w: the MPS pinned-memory limit of %s (%s) is not a byte count the plugin can apply; "+
+				"set a limit between 1Mi and the GPU's memory", ErrUnenforceable, dev.Name, q)
+		}
+		limit = q.Value()
+	}
+	if dev.Memory > 0 && limit > dev.Memory {
+		return 0, fmt.Errorf("%w: the MPS pinned-memory limit of %s (%s) exceeds the memory of the device (%s); "+
+			"lower the limit", ErrUnenforceable, dev.Name, MiB(limit), MiB(dev.Memory))
 	}
 	if !dev.Share || dev.ShareMemory == 0 {
 		return limit, nil

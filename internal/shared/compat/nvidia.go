@@ -286,9 +286,7 @@ func (m *nvMps) convert(path *field.Path) (*v1alpha1.MpsConfig, field.ErrorList)
 		}
 	}
 	if q := m.DefaultPinnedDeviceMemoryLimit; q != nil {
-		if q.CmpInt64(v1alpha1.MinPinnedMemoryLimit) < 0 {
-			errs = append(errs, field.Invalid(path.Child("defaultPinnedDeviceMemoryLimit"), q.String(), "must be at least 1Mi (MPS limits are whole MiB)"))
-		}
+		errs = append(errs, v1alpha1.ValidatePinnedMemoryLimit(*q, path.Child("defaultPinnedDeviceMemoryLimit"))...)
 		c := q.DeepCopy()
 		out.DefaultPinnedDeviceMemoryLimit = &c
 	}
@@ -305,8 +303,8 @@ func (m *nvMps) convert(path *field.Path) (*v1alpha1.MpsConfig, field.ErrorList)
 				fmt.Sprintf("must be the index of a GPU among the claim's GPUs, 0 to %d", maxPinnedDeviceIndex)))
 			continue
 		}
-		if q.CmpInt64(v1alpha1.MinPinnedMemoryLimit) < 0 {
-			errs = append(errs, field.Invalid(perDevice.Key(k), q.String(), "must be at least 1Mi (MPS limits are whole MiB)"))
+		if limitErrs := v1alpha1.ValidatePinnedMemoryLimit(q, perDevice.Key(k)); len(limitErrs) > 0 {
+			errs = append(errs, limitErrs...)
 			continue
 		}
 		if out.PerDevicePinnedMemoryLimits == nil {

@@ -111,6 +111,13 @@ func TestDecodeNVIDIA(t *testing.T) {
 		{name: "pinned limit below 1Mi",
 			raw:    `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultPinnedDeviceMemoryLimit":"1Ki"}}}`,
 			errHas: []string{"sharing.mpsConfig.defaultPinnedDeviceMemoryLimit", "1Mi"}},
+		{name: "pinned limit that overflows int64",
+			raw:    `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultPinnedDeviceMemoryLimit":"9223372036854775808"}}}`,
+			errHas: []string{"sharing.mpsConfig.defaultPinnedDeviceMemoryLimit", "at most 1Pi"}},
+		{name: "per-device limit that overflows int64",
+			raw: `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{
+			       "defaultPerDevicePinnedMemoryLimit":{"0":"18446744073709551616"}}}}`,
+			errHas: []string{"defaultPerDevicePinnedMemoryLimit[0]", "at most 1Pi"}},
 		{name: "per-device limit by UUID",
 			raw: `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{
 			       "defaultPerDevicePinnedMemoryLimit":{"GPU-2f8d0a45-0e43-4b3a-9f52-1d3e5c7a9b10":"1Gi"}}}}`,

@@ -90,6 +90,9 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- define "gpudra.pluginUser" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpudra.pluginName" . }}
 {{- end -}}
+{{- define "gpudra.controllerUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpudra.controllerName" . }}
+{{- end -}}
 
 {{- define "gpudra.certModeValid" -}}
 {{- if not (has .Values.controller.certMode (list "selfManaged" "certManager" "secret")) -}}
