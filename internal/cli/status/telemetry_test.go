@@ -155,14 +155,14 @@ func TestScrapePluginsTrust(t *testing.T) {
 		wantAsked []string
 	}{
 		{name: "decoy pod in another namespace is ignored",
-			pods:    []runtime.Object{pluginPod("plugin-a", "node-a", 8081, t0), decoy},
-			answers: map[string][]byte{"decoy": []byte(metricUtilization + `{device="gpu-0"} 0.01` + "\n")},
+			pods:     []runtime.Object{pluginPod("plugin-a", "node-a", 8081, t0), decoy},
+			answers:  map[string][]byte{"decoy": []byte(metricUtilization + `{device="gpu-0"} 0.01` + "\n")},
 			wantUtil: map[string]float64{"node-a": 0.87}, wantAsked: []string{"plugin-a"}},
 		{name: "only a decoy: nothing read",
 			pods: []runtime.Object{decoy}, wantAsked: nil},
 		{name: "oversized answer",
-			pods:    []runtime.Object{pluginPod("plugin-a", "node-a", 8081, t0)},
-			answers: map[string][]byte{"plugin-a": hugeMetrics()},
+			pods:     []runtime.Object{pluginPod("plugin-a", "node-a", 8081, t0)},
+			answers:  map[string][]byte{"plugin-a": hugeMetrics()},
 			wantErrs: map[string]string{"node-a": "larger than 4 MiB"}, wantAsked: []string{"plugin-a"}},
 	}
 	for _, tc := range tests {
