@@ -333,3 +333,15 @@ func TestDecisionMetricKindsBounded(t *testing.T) {
 		})
 	}
 }
+
+func TestClip(t *testing.T) {
+	long := strings.Repeat("k", maxLoggedChars+10)
+	for _, tc := range []struct{ in, want string }{
+		{in: "ResourceClaim", want: "ResourceClaim"},
+		{in: long[:maxLoggedChars], want: long[:maxLoggedChars]},
+		{in: long, want: long[:maxLoggedChars] + fmt.Sprintf("... (%d bytes)", len(long))},
+		{in: strings.Repeat("k", maxLoggedChars-1) + "é", want: strings.Repeat("k", maxLoggedChars-1) + fmt.Sprintf("... (%d bytes)", maxLoggedChars+1)},
+	} {
+		assert.Equal(t, tc.want, clip(tc.in))
+	}
+}
