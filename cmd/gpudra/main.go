@@ -19,10 +19,12 @@ import (
 func main() { cmdmain.Main(newCommand()) }
 
 func newCommand() *cobra.Command {
-	var kubeconfig, context string
+	var kubeconfig, context, pluginNamespace string
 	root := &cobra.Command{Use: "gpudra", Short: "Inspect gpudra's GPUs in a cluster", SilenceUsage: true, SilenceErrors: true}
 	root.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")
 	root.PersistentFlags().StringVar(&context, "context", "", "Kubeconfig context to use.")
+	root.PersistentFlags().StringVar(&pluginNamespace, "plugin-namespace", status.DefaultPluginNamespace,
+		"Namespace gpudra is installed in (the Helm release's): only plugin pods there are read for GPU telemetry.")
 
 	newClient := func() (kubernetes.Interface, error) {
 		rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -59,7 +61,7 @@ func newCommand() *cobra.Command {
 				devices = status.InUse(devices)
 			}
 			if telemetry {
-				addUsage(cmd, client, devices, metricsURLs)
+				addUsage(cmd, client, pluginNamespace, devices, metricsURLs)
 			}
 			return status.Print(cmd.OutOrStdout(), devices, output)
 		},
@@ -71,16 +73,17 @@ func newCommand() *cobra.Command {
 		"nvidia: the driver was installed in NVIDIA compatibility mode (driver gpu.nvidia.com); empty for gpudra's names.")
 	statusCmd.Flags().BoolVar(&all, "all", false, "Also list dynamic MIG placements that no claim holds (every placement of every profile).")
 	statusCmd.Flags().BoolVar(&telemetry, "telemetry", true,
-		"Show each device's memory in use and utilization from its node's plugin /metrics (read through the API server's pod proxy: needs get on pods/proxy).")
+		"Show each device's memory in use and utilization from its node's plugin /metrics (read through the API server's pod proxy: "+
+			"needs list on pods and get on pods/proxy in --plugin-namespace).")
 	statusCmd.Flags().StringToStringVar(&metricsURLs, "metrics-url", nil,
 		"Read the plugin metrics of these nodes from URLs instead of the plugin pods, e.g. gpu-h100=http://127.0.0.1:30900/metrics (port forwards, plugins outside pods).")
-	root.AddCommand(statusCmd, usage.NewCommand(newClient))
+	root.AddCommand(statusCmd, usage.NewCommand(newClient, func() string { return pluginNamespace }))
 	return root
 }
 
 // addUsage annotates the devices with their plugins' GPU telemetry; what
 // cannot be read is said on stderr and shown as "-".
-func addUsage(cmd *cobra.Command, client kubernetes.Interface, devices []status.Device, urls map[string]string) {
+func addUsage(cmd *cobra.Command, client kubernetes.Interface, pluginNamespace string, devices []status.Device, urls map[string]string) {
 	nodes := map[string]bool{}
 	for _, d := range devices {
 		nodes[d.Node] = true
@@ -91,13 +94,14 @@ func addUsage(cmd *cobra.Command, client kubernetes.Interface, devices []status.
 		usage, errs = status.ScrapeURLs(cmd.Context(), urls)
 	} else {
 		var err error
-		if usage, errs, err = status.ScrapePlugins(cmd.Context(), client); err != nil {
+		if usage, errs, err = status.ScrapePlugins(cmd.Context(), client, pluginNamespace); err != nil {
 			_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "No GPU telemetry: %v\n", err)
 			return
 		}
 		if len(usage) == 0 && len(errs) == 0 && len(devices) > 0 {
-			_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "No GPU telemetry: no running gpudra plugin pod (%s); "+
-				"for plugins outside pods use --metrics-url NODE=URL\n", status.PluginSelector)
+			_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "No GPU telemetry: no running gpudra plugin pod (%s) in namespace %s; "+
+				"set --plugin-namespace to gpudra's namespace, or for plugins outside pods use --metrics-url NODE=URL\n",
+				status.PluginSelector, pluginNamespace)
 		}
 	}
 	for node, err := range errs {

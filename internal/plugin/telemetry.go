@@ -21,12 +21,19 @@ import (
 type TelemetryOptions struct {
 	// Interval between two samples; 0 turns telemetry off.
 	Interval time.Duration
+	// WorkloadLabels labels each device's series with the namespace, claim
+	// and pods holding it; off, those labels stay empty.
+	WorkloadLabels bool
 }
 
 func (o *Options) addTelemetryFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Telemetry.Interval, "telemetry-interval", telemetry.DefaultInterval,
 		"How often the GPUs' utilization, memory, power, temperature, clocks and throttle reasons are sampled for /metrics "+
 			"(labelled with the claim and pods holding each device); 0 turns it off. Needs --metrics-address.")
+	fs.BoolVar(&o.Telemetry.WorkloadLabels, "telemetry-workload-labels", true,
+		"Label each device's telemetry with the namespace, claim and pods holding it (claim_namespace, claim_name, "+
+			"pod_namespace, pod_name). /metrics is unauthenticated: false keeps tenants' names off it "+
+			"(the labels stay, empty; gpudra usage then has no per-pod lines).")
 }
 
 func (o *Options) validateTelemetry() error {
@@ -49,12 +56,18 @@ func newTelemetryService(o *Options, gpus *GPUNode, store *checkpoint.Store, cli
 	if o.Telemetry.Interval == 0 || o.MetricsAddress == "" {
 		return nil
 	}
-	pods := &telemetry.ClaimPods{Client: client}
-	s := telemetry.New(telemetry.Config{
+	cfg := telemetry.Config{
 		Node: o.NodeName, Lib: gpus.Lib, Devices: telemetry.DevicesOf(gpus.Node),
-		Held: (&telemetry.CheckpointHolders{Store: store}).Held, Pods: pods, Interval: o.Telemetry.Interval,
-	})
-	return &telemetryService{sampler: s, pods: pods}
+		Held: (&telemetry.CheckpointHolders{Store: store}).Held, Interval: o.Telemetry.Interval,
+		HideWorkloads: !o.Telemetry.WorkloadLabels,
+	}
+	var pods *telemetry.ClaimPods
+	if o.Telemetry.WorkloadLabels {
+		// Read the claims' pods only to label with them.
+		pods = &telemetry.ClaimPods{Client: client}
+		cfg.Pods = pods
+	}
+	return &telemetryService{sampler: telemetry.New(cfg), pods: pods}
 }
 
 func (t *telemetryService) register(reg prometheus.Registerer) error {
@@ -82,7 +95,7 @@ func (t *telemetryService) run(ctx context.Context, group *sync.WaitGroup) {
 // observe records the pods of the claims prepared in this call: the first
 // answer to which pods a claim's devices serve.
 func (t *telemetryService) observe(claims []*resourceapi.ResourceClaim, results map[types.UID]kubeletplugin.PrepareResult) {
-	if t == nil {
+	if t == nil || t.pods == nil {
 		return
 	}
 	for _, c := range claims {

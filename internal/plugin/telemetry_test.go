@@ -39,15 +39,29 @@ func TestTelemetryOptions(t *testing.T) {
 
 // TestTelemetryFollowsClaims runs the plugin on a simulated DGX H100 with
 // telemetry every second: a prepared claim's GPU carries its claim and pod
-// labels, and a load once a process (what the fake root's CDI hook records
-// for a running container) uses it; after the unprepare the labels are empty.
+// labels (with --telemetry-workload-labels; without, none), and a load once a
+// process (what the fake root's CDI hook records for a running container)
+// uses it; after the unprepare the labels are empty.
 func TestTelemetryFollowsClaims(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		workloadLabels bool
+	}{
+		{name: "workload labels", workloadLabels: true},
+		{name: "no workload labels", workloadLabels: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testTelemetryFollowsClaims(t, tc.workloadLabels) })
+	}
+}
+
+func testTelemetryFollowsClaims(t *testing.T, workloadLabels bool) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	o := testOptions(t)
 	o.MetricsAddress = "127.0.0.1:0"
 	o.Telemetry.Interval = time.Second
+	o.Telemetry.WorkloadLabels = workloadLabels
 	require.NoError(t, os.MkdirAll(o.KubeletRegistrarDir, 0o750))
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.NodeName, UID: "node-uid"}})
 	claim := &resourceapi.ResourceClaim{
@@ -100,11 +114,15 @@ func TestTelemetryFollowsClaims(t *testing.T) {
 	require.NoError(t, sim.WriteProcess(filepath.Join(o.NvidiaDriverRoot, fakedriver.ProcessDir), "ctr", sim.Process{Devices: []string{uuid}}))
 
 	held := `claim_name="c1",claim_namespace="ns",device="gpu-5",mig_profile="",node="node-a",pod_name="trainer",pod_namespace="ns",uuid="` + uuid + `"`
+	if !workloadLabels {
+		held = free + uuid + `"`
+	}
 	require.Eventually(t, func() bool {
-		v, ok := gpu5()[held]
+		got := gpu5()
+		v, ok := got[held]
 		f, err := strconv.ParseFloat(v, 64)
-		return ok && err == nil && f > 0.3
-	}, 10*time.Second, 100*time.Millisecond, "the held GPU is busy and labelled with claim and pod: %v", gpu5())
+		return len(got) == 1 && ok && err == nil && f > 0.3
+	}, 10*time.Second, 100*time.Millisecond, "the held GPU is busy and labelled %s: %v", held, gpu5())
 
 	require.NoError(t, sim.RemoveProcess(filepath.Join(o.NvidiaDriverRoot, fakedriver.ProcessDir), "ctr"))
 	uresp, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: claims})

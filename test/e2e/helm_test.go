@@ -210,7 +210,7 @@ func TestHelmChartDryRun(t *testing.T) {
 		}},
 		{"controller-disabled", []string{"--values", simulated, "--set", "controller.enabled=false"}, checkStaticClasses},
 		{"monitoring", []string{"--set", "monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true," +
-			"monitoring.grafanaDashboard.enabled=true,kubeletPlugin.telemetry.interval=15s"}, checkMonitoring},
+			"monitoring.grafanaDashboard.enabled=true,kubeletPlugin.telemetry.interval=15s,kubeletPlugin.telemetry.workloadLabels=false"}, checkMonitoring},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := namespace(t)
@@ -254,7 +254,7 @@ func checkDefault(t *testing.T, _ string, objs []*unstructured.Unstructured) {
 	if sc := ctr.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
 		t.Errorf("plugin for real GPUs is not privileged: %+v", sc)
 	}
-	for _, want := range []string{"--nvidia-driver-root=/driver-root", "--host-driver-root=/"} {
+	for _, want := range []string{"--nvidia-driver-root=/driver-root", "--host-driver-root=/", "--telemetry-workload-labels=true"} {
 		if !slices.Contains(ctr.Args, want) {
 			t.Errorf("plugin args %v lack %s", ctr.Args, want)
 		}
@@ -405,14 +405,17 @@ func checkStaticClasses(t *testing.T, _ string, objs []*unstructured.Unstructure
 
 // checkMonitoring: the plugin's metrics port is named for the monitors,
 // which select the plugin pods; the dashboard ConfigMap carries the
-// sidecar's label and the chart's dashboard JSON.
+// sidecar's label and the chart's dashboard JSON; the telemetry values
+// reach the plugin's flags.
 func checkMonitoring(t *testing.T, _ string, objs []*unstructured.Unstructured) {
 	ctr := pluginDaemonSet(t, objs).Spec.Template.Spec.Containers[0]
 	if len(ctr.Ports) != 1 || ctr.Ports[0].Name != "metrics" || ctr.Ports[0].ContainerPort != 8081 {
 		t.Errorf("plugin ports %+v, want metrics 8081", ctr.Ports)
 	}
-	if !slices.Contains(ctr.Args, "--telemetry-interval=15s") {
-		t.Errorf("plugin args %v lack --telemetry-interval=15s", ctr.Args)
+	for _, arg := range []string{"--telemetry-interval=15s", "--telemetry-workload-labels=false"} {
+		if !slices.Contains(ctr.Args, arg) {
+			t.Errorf("plugin args %v lack %s", ctr.Args, arg)
+		}
 	}
 	for _, kind := range []string{"PodMonitor", "ServiceMonitor"} {
 		m := find(objs, kind)

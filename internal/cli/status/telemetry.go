@@ -117,15 +117,19 @@ func scrapeURL(ctx context.Context, client *http.Client, url string) (map[string
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("get %s: %s", url, resp.Status)
 	}
-	return ParseUsage(resp.Body)
+	body, err := readBounded(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", url, err)
+	}
+	return ParseUsage(bytes.NewReader(body))
 }
 
 // ScrapePlugins reads /metrics of every running kubelet plugin pod of the
-// chart (PluginSelector, in any namespace) through the API server's pod
-// proxy: the user needs get on pods/proxy. A node with two plugin pods (a
-// rolling update) is read from the newest.
-func ScrapePlugins(ctx context.Context, client kubernetes.Interface) (map[string]map[string]Usage, map[string]error, error) {
-	raw, errs, err := ReadPluginMetrics(ctx, client)
+// chart (PluginSelector) in namespace through the API server's pod proxy:
+// the user needs list on pods and get on pods/proxy there. A node with two
+// plugin pods (a rolling update) is read from the newest.
+func ScrapePlugins(ctx context.Context, client kubernetes.Interface, namespace string) (map[string]map[string]Usage, map[string]error, error) {
+	raw, errs, err := ReadPluginMetrics(ctx, client, namespace)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -148,13 +152,28 @@ type PluginMetrics struct {
 	Body []byte
 }
 
+// DefaultPluginNamespace is the namespace the chart's install instructions
+// use; the CLI's --plugin-namespace defaults to it.
+const DefaultPluginNamespace = "gpudra-system"
+
+// MaxMetricsBytes bounds one plugin's /metrics answer that the CLI reads.
+// A plugin's driver metrics and GPU telemetry are tens of KiB; the bound
+// keeps a misbehaving endpoint from exhausting the CLI's memory.
+const MaxMetricsBytes = 4 << 20
+
 // ReadPluginMetrics reads /metrics of every node's running plugin pod (the
-// newest of a node's pods that answers) through the API server's pod proxy,
-// by node. Nodes whose plugin cannot be read are in the error map.
-func ReadPluginMetrics(ctx context.Context, client kubernetes.Interface) (map[string]PluginMetrics, map[string]error, error) {
-	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: PluginSelector})
+// newest of a node's pods that answers) in namespace, the chart's release
+// namespace, through the API server's pod proxy, by node. Pods with the
+// plugin's labels elsewhere are not the chart's and are ignored. Nodes whose
+// plugin cannot be read are in the error map.
+func ReadPluginMetrics(ctx context.Context, client kubernetes.Interface, namespace string) (map[string]PluginMetrics, map[string]error, error) {
+	if namespace == "" {
+		return nil, nil, fmt.Errorf("no plugin namespace: set --plugin-namespace to the namespace gpudra is installed in")
+	}
+	pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: PluginSelector})
 	if err != nil {
-		return nil, nil, fmt.Errorf("list the gpudra plugin pods (%s): %w", PluginSelector, err)
+		return nil, nil, fmt.Errorf("list the gpudra plugin pods (%s) in namespace %s (needs list on pods there; "+
+			"is --plugin-namespace the namespace gpudra is installed in?): %w", PluginSelector, namespace, err)
 	}
 	items := pods.Items
 	sort.Slice(items, func(i, j int) bool { return items[j].CreationTimestamp.Before(&items[i].CreationTimestamp) })
@@ -169,16 +188,45 @@ func ReadPluginMetrics(ctx context.Context, client kubernetes.Interface) (map[st
 			errs[node] = fmt.Errorf("plugin pod %s/%s has no port named metrics (kubeletPlugin.metricsPort is 0)", p.Namespace, p.Name)
 			continue
 		}
-		raw, err := client.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, strconv.Itoa(int(port)), "/metrics", nil).DoRaw(ctx)
+		raw, err := readProxied(ctx, client, &p, port)
 		if err != nil {
-			errs[node] = fmt.Errorf("read /metrics of plugin pod %s/%s through the API server (needs get on pods/proxy): %w",
-				p.Namespace, p.Name, err)
+			errs[node] = err
 			continue
 		}
 		delete(errs, node)
 		out[node] = PluginMetrics{Pod: p.Namespace + "/" + p.Name, Body: raw}
 	}
 	return out, errs, nil
+}
+
+// readProxied reads at most MaxMetricsBytes of the plugin pod's /metrics
+// through the API server's pod proxy.
+func readProxied(ctx context.Context, client kubernetes.Interface, p *corev1.Pod, port int32) ([]byte, error) {
+	stream, err := client.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, strconv.Itoa(int(port)), "/metrics", nil).Stream(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read /metrics of plugin pod %s/%s through the API server (needs get on pods/proxy): %w",
+			p.Namespace, p.Name, err)
+	}
+	defer func() { _ = stream.Close() }()
+	body, err := readBounded(stream)
+	if err != nil {
+		return nil, fmt.Errorf("read /metrics of plugin pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return body, nil
+}
+
+// readBounded reads r to its end, failing if it holds more than
+// MaxMetricsBytes.
+func readBounded(r io.Reader) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r, MaxMetricsBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > MaxMetricsBytes {
+		return nil, fmt.Errorf("the answer is larger than %d MiB, more than any gpudra plugin writes: "+
+			"is this endpoint a gpudra plugin's /metrics?", MaxMetricsBytes>>20)
+	}
+	return body, nil
 }
 
 func metricsPort(p *corev1.Pod) int32 {

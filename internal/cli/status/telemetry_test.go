@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	restclient "k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
@@ -70,13 +71,25 @@ func TestScrapeURLs(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
+		if r.URL.Query().Has("huge") {
+			_, _ = w.Write(hugeMetrics())
+			return
+		}
 		_, _ = io.WriteString(w, metricsText)
 	}))
 	defer srv.Close()
-	usage, errs := ScrapeURLs(context.Background(), map[string]string{"node-a": srv.URL + "/metrics", "node-b": srv.URL + "/nothing"})
+	usage, errs := ScrapeURLs(context.Background(), map[string]string{"node-a": srv.URL + "/metrics", "node-b": srv.URL + "/nothing",
+		"node-c": srv.URL + "/metrics?huge"})
 	require.Contains(t, usage, "node-a")
 	assert.Equal(t, 0.87, *usage["node-a"]["gpu-0"].Utilization)
 	assert.ErrorContains(t, errs["node-b"], "404")
+	assert.ErrorContains(t, errs["node-c"], "larger than 4 MiB")
+}
+
+// hugeMetrics is valid metrics text just over MaxMetricsBytes.
+func hugeMetrics() []byte {
+	line := []byte(metricUtilization + `{device="gpu-0"} 0.5` + "\n")
+	return bytes.Repeat(line, MaxMetricsBytes/len(line)+1)
 }
 
 // proxyResponse answers a pod proxy request with fixed bytes.
@@ -117,11 +130,70 @@ func TestScrapePlugins(t *testing.T) {
 		}
 		return true, proxyResponse{body: []byte(metricsText)}, nil
 	})
-	usage, errs, err := ScrapePlugins(context.Background(), client)
+	usage, errs, err := ScrapePlugins(context.Background(), client, DefaultPluginNamespace)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"plugin-new:8081/metrics", "plugin-b:8081/metrics"}, asked, "the newest plugin of a node, numeric port")
 	assert.Equal(t, 0.87, *usage["node-a"]["gpu-0"].Utilization)
 	assert.ErrorContains(t, errs["node-b"], "pods/proxy")
 	assert.ErrorContains(t, errs["node-c"], "metricsPort")
 	assert.NotContains(t, errs, "node-a")
+}
+
+// TestScrapePluginsTrust: only plugin pods of the release namespace are
+// read, and an answer larger than MaxMetricsBytes is an error, not memory
+// the CLI keeps.
+func TestScrapePluginsTrust(t *testing.T) {
+	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	decoy := pluginPod("decoy", "node-a", 8081, t0.Add(time.Hour)) // newer than the real one
+	decoy.Namespace = "ml"
+	tests := []struct {
+		name      string
+		pods      []runtime.Object
+		answers   map[string][]byte
+		wantUtil  map[string]float64
+		wantErrs  map[string]string
+		wantAsked []string
+	}{
+		{name: "decoy pod in another namespace is ignored",
+			pods:     []runtime.Object{pluginPod("plugin-a", "node-a", 8081, t0), decoy},
+			answers:  map[string][]byte{"decoy": []byte(metricUtilization + `{device="gpu-0"} 0.01` + "\n")},
+			wantUtil: map[string]float64{"node-a": 0.87}, wantAsked: []string{"plugin-a"}},
+		{name: "only a decoy: nothing read",
+			pods: []runtime.Object{decoy}, wantAsked: nil},
+		{name: "oversized answer",
+			pods:     []runtime.Object{pluginPod("plugin-a", "node-a", 8081, t0)},
+			answers:  map[string][]byte{"plugin-a": hugeMetrics()},
+			wantErrs: map[string]string{"node-a": "larger than 4 MiB"}, wantAsked: []string{"plugin-a"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(tc.pods...)
+			var asked []string
+			client.AddProxyReactor("pods", func(a k8stesting.Action) (bool, restclient.ResponseWrapper, error) {
+				get := a.(k8stesting.ProxyGetAction)
+				asked = append(asked, get.GetName())
+				if body, ok := tc.answers[get.GetName()]; ok {
+					return true, proxyResponse{body: body}, nil
+				}
+				return true, proxyResponse{body: []byte(metricsText)}, nil
+			})
+			usage, errs, err := ScrapePlugins(context.Background(), client, DefaultPluginNamespace)
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantAsked, asked)
+			util := map[string]float64{}
+			for node, u := range usage {
+				util[node] = *u["gpu-0"].Utilization
+			}
+			if tc.wantUtil == nil {
+				tc.wantUtil = map[string]float64{}
+			}
+			assert.Equal(t, tc.wantUtil, util)
+			assert.Len(t, errs, len(tc.wantErrs))
+			for node, msg := range tc.wantErrs {
+				assert.ErrorContains(t, errs[node], msg)
+			}
+		})
+	}
+	_, _, err := ScrapePlugins(context.Background(), fake.NewClientset(), "")
+	assert.ErrorContains(t, err, "--plugin-namespace")
 }

@@ -15,8 +15,9 @@ import (
 
 // NewCommand is `gpudra usage`: it records what each pod uses of its GPUs
 // for a while and draws it into a PNG. client returns the cluster's client
-// (from the root command's kubeconfig flags).
-func NewCommand(client func() (kubernetes.Interface, error)) *cobra.Command {
+// (from the root command's kubeconfig flags); pluginNamespace the namespace
+// of the plugin pods (the root command's --plugin-namespace).
+func NewCommand(client func() (kubernetes.Interface, error), pluginNamespace func() string) *cobra.Command {
 	var o struct {
 		interval, duration time.Duration
 		out, namespace     string
@@ -25,8 +26,8 @@ func NewCommand(client func() (kubernetes.Interface, error)) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "usage",
 		Short: "Record each pod's GPU utilization and memory for a while from the plugins' telemetry and plot it (PNG)",
-		Long: "Reads the GPU telemetry of every node's gpudra plugin (its /metrics, through the API server's pod proxy:\n" +
-			"needs get on pods/proxy) every --interval for --duration, prints a line per sample, and writes a PNG with\n" +
+		Long: "Reads the GPU telemetry of every node's gpudra plugin in --plugin-namespace (its /metrics, through the API\n" +
+			"server's pod proxy: needs list on pods and get on pods/proxy there) every --interval for --duration, prints a line per sample, and writes a PNG with\n" +
 			"each pod's GPU utilization and GPU memory in use over time. The plugins sample their GPUs every\n" +
 			"--telemetry-interval (the chart's kubeletPlugin.telemetry.interval, 10s by default): a shorter --interval\n" +
 			"shows the same value twice.",
@@ -40,7 +41,7 @@ func NewCommand(client func() (kubernetes.Interface, error)) *cobra.Command {
 				return err
 			}
 			read := func(ctx context.Context) (map[string][]byte, map[string]error, error) {
-				raw, errs, err := status.ReadPluginMetrics(ctx, c)
+				raw, errs, err := status.ReadPluginMetrics(ctx, c, pluginNamespace())
 				bodies := map[string][]byte{}
 				for node, r := range raw {
 					bodies[node] = r.Body

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -34,15 +35,28 @@ const (
 	DecisionAllowed = "allowed"
 	DecisionDenied  = "denied"
 	// DecisionError counts HTTP requests that were not a readable
-	// AdmissionReview; their kind label is "unknown".
+	// AdmissionReview; their kind label is KindUnknown.
 	DecisionError = "error"
 )
 
+// Kind label values of DecisionsMetric besides the kinds the webhook checks.
+const (
+	// KindOther counts reviews of every kind the webhook does not check.
+	// The label never carries a kind from the request: anyone who can
+	// reach the webhook's Service could otherwise add a series (and its
+	// memory, for the life of the process) per made-up kind.
+	KindOther = "other"
+	// KindUnknown counts HTTP requests that were not a readable review.
+	KindUnknown = "unknown"
+)
+
 // DecisionsMetric is the name of the counter of admission decisions, with
-// labels kind (ResourceClaim, ResourceClaimTemplate, DeviceClass, or the kind
-// of any other object the webhook is sent) and decision (allowed, denied,
-// error).
+// labels kind (ResourceClaim, ResourceClaimTemplate, DeviceClass, other or
+// unknown) and decision (allowed, denied, error).
 const DecisionsMetric = "gpudra_webhook_admission_decisions_total"
+
+// maxLoggedChars bounds each string from a request that the handler logs.
+const maxLoggedChars = 256
 
 var codecs = func() serializer.CodecFactory {
 	s := runtime.NewScheme()
@@ -111,8 +125,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	req := review.Request
-	ctx := klog.NewContext(r.Context(), logger.WithValues("uid", req.UID, "kind", req.Kind.Kind,
-		"namespace", req.Namespace, "name", req.Name, "operation", req.Operation))
+	ctx := klog.NewContext(r.Context(), logger.WithValues("uid", clip(string(req.UID)), "kind", clip(req.Kind.Kind),
+		"namespace", clip(req.Namespace), "name", clip(req.Name), "operation", clip(string(req.Operation))))
 	resp := h.Review(ctx, req)
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 	data, err := json.Marshal(&out)
@@ -146,7 +160,7 @@ func decodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
 
 func (h *Handler) httpError(logger klog.Logger, w http.ResponseWriter, code int, err error) {
 	logger.Info("Rejecting malformed admission request", "status", code, "err", err)
-	h.decisions.WithLabelValues("unknown", DecisionError).Inc()
+	h.decisions.WithLabelValues(KindUnknown, DecisionError).Inc()
 	http.Error(w, err.Error(), code)
 }
 
@@ -175,6 +189,25 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if !resp.Allowed {
 		decision = DecisionDenied
 	}
-	h.decisions.WithLabelValues(req.Kind.Kind, decision).Inc()
+	h.decisions.WithLabelValues(kindLabel(req.Kind.Kind), decision).Inc()
 	return resp
+}
+
+// kindLabel is the kind label of a review of kind: the kind itself for the
+// kinds the webhook checks, KindOther for any other.
+func kindLabel(kind string) string {
+	switch kind {
+	case KindResourceClaim, KindResourceClaimTemplate, KindDeviceClass:
+		return kind
+	default:
+		return KindOther
+	}
+}
+
+// clip shortens a string from a request for the log.
+func clip(s string) string {
+	if len(s) <= maxLoggedChars {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strings.ToValidUTF8(s[:maxLoggedChars], ""), len(s))
 }

@@ -288,3 +288,60 @@ func TestDecisionMetrics(t *testing.T) {
 		"unknown/error":                 1,
 	}, got)
 }
+
+// TestDecisionMetricKindsBounded sends reviews of many distinct, long kinds:
+// the decision counter must keep a bounded set of kind labels (every kind
+// the webhook does not check counts as "other"), or hostile requests grow
+// the controller's heap without bound.
+func TestDecisionMetricKindsBounded(t *testing.T) {
+	tests := []struct {
+		name     string
+		kinds    int
+		kindSize int
+	}{
+		{name: "many short kinds", kinds: 200, kindSize: 16},
+		{name: "a few huge kinds", kinds: 5, kindSize: 64 << 10},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			h, err := NewHandler(reg)
+			require.NoError(t, err)
+			for i := range tc.kinds {
+				req := request(KindResourceClaim, "v1", admissionv1.Create, object(KindResourceClaim, "v1", "a"), nil)
+				req.Kind.Kind = fmt.Sprintf("%0*d", tc.kindSize, i)
+				w := post(t, h, "application/json", reviewBody(t, req))
+				require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+			}
+			post(t, h, "application/json", reviewBody(t, request(KindDeviceClass, "v1", admissionv1.Create, class("v1", "d"), nil)))
+			families, err := reg.Gather()
+			require.NoError(t, err)
+			kinds := map[string]float64{}
+			for _, f := range families {
+				if f.GetName() != DecisionsMetric {
+					continue
+				}
+				for _, m := range f.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "kind" {
+							kinds[l.GetValue()] += m.GetCounter().GetValue()
+						}
+					}
+				}
+			}
+			assert.Equal(t, map[string]float64{KindOther: float64(tc.kinds), KindDeviceClass: 1}, kinds)
+		})
+	}
+}
+
+func TestClip(t *testing.T) {
+	long := strings.Repeat("k", maxLoggedChars+10)
+	for _, tc := range []struct{ in, want string }{
+		{in: "ResourceClaim", want: "ResourceClaim"},
+		{in: long[:maxLoggedChars], want: long[:maxLoggedChars]},
+		{in: long, want: long[:maxLoggedChars] + fmt.Sprintf("... (%d bytes)", len(long))},
+		{in: strings.Repeat("k", maxLoggedChars-1) + "é", want: strings.Repeat("k", maxLoggedChars-1) + fmt.Sprintf("... (%d bytes)", maxLoggedChars+1)},
+	} {
+		assert.Equal(t, tc.want, clip(tc.in))
+	}
+}

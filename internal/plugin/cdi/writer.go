@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
@@ -60,23 +62,54 @@ type ClaimDevice struct {
 // GPU's product name in GPUDRA_GPU_<minor>_PRODUCT. Each variable is unique
 // per device or equal in every device that sets it (two MIG devices of one
 // GPU), so the devices of several claims in one container never clash.
+// The values come from NVML and are made printable (printable).
 func identityEnv(d ClaimDevice) []string {
 	minor := strconv.Itoa(d.GPU.Minor)
 	var env []string
 	if d.MIG == nil {
-		env = append(env, "GPUDRA_GPU_"+minor+"="+d.GPU.UUID)
+		env = append(env, "GPUDRA_GPU_"+minor+"="+printable(d.GPU.UUID))
 	} else {
 		mig := fmt.Sprintf("GPUDRA_MIG_%s_%d_%d", minor, d.MIG.GIID, d.MIG.CIID)
-		env = append(env, mig+"="+d.MIG.UUID)
+		env = append(env, mig+"="+printable(d.MIG.UUID))
 		if d.MIG.Profile != "" {
-			env = append(env, mig+"_PROFILE="+d.MIG.Profile)
+			env = append(env, mig+"_PROFILE="+printable(d.MIG.Profile))
 		}
-		env = append(env, "GPUDRA_MIG_"+minor+"_PARENT="+d.GPU.UUID)
+		env = append(env, "GPUDRA_MIG_"+minor+"_PARENT="+printable(d.GPU.UUID))
 	}
 	if d.GPU.ProductName != "" {
-		env = append(env, "GPUDRA_GPU_"+minor+"_PRODUCT="+d.GPU.ProductName)
+		env = append(env, "GPUDRA_GPU_"+minor+"_PRODUCT="+printable(d.GPU.ProductName))
 	}
 	return env
+}
+
+// printable replaces the characters of s that checkEnv refuses with '?'.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unsafeInSpec(r) {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// unsafeInSpec reports characters that the container runtimes' CDI loader
+// cannot read back from a spec: it parses the JSON spec as YAML, which
+// refuses control characters that encoding/json writes unescaped (DEL, the
+// C1 controls) and the non-characters U+FFFE and U+FFFF. Other controls are
+// refused too: no environment value of the plugin's has a reason for them.
+func unsafeInSpec(r rune) bool {
+	return unicode.IsControl(r) || r == 0xFFFE || r == 0xFFFF || r == utf8.RuneError
+}
+
+// checkEnv fails for an environment entry the runtime could not load.
+func checkEnv(device string, env []string) error {
+	for _, e := range env {
+		if strings.ContainsFunc(e, unsafeInSpec) {
+			return fmt.Errorf("environment entry %q of device %s has a control character or invalid UTF-8, "+
+				"which the container runtime's CDI loader cannot read", e, device)
+		}
+	}
+	return nil
 }
 
 // Writer writes and removes the per-claim specs in one CDI directory.
@@ -142,6 +175,9 @@ func (w *Writer) Spec(claimUID string, devices []ClaimDevice) (*cdispec.Spec, er
 	}
 	spec := &cdispec.Spec{Kind: w.vendor + "/" + Class, ContainerEdits: *common}
 	for _, d := range devices {
+		if err := cdiparser.ValidateDeviceName(claimUID + "-" + d.DeviceName); err != nil {
+			return nil, fmt.Errorf("CDI spec of claim %s: device name %q: %w", claimUID, d.DeviceName, err)
+		}
 		edits, err := w.edits.Device(d.GPU)
 		if err != nil {
 			return nil, err
@@ -154,6 +190,9 @@ func (w *Writer) Spec(claimUID string, devices []ClaimDevice) (*cdispec.Spec, er
 			}
 		}
 		e.Env = append(append(own, edits.Env...), d.Env...)
+		if err := checkEnv(d.DeviceName, e.Env); err != nil {
+			return nil, fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
+		}
 		e.Mounts = append(append([]*cdispec.Mount{}, edits.Mounts...), d.Mounts...)
 		if len(e.Mounts) == 0 {
 			e.Mounts = nil

@@ -224,3 +224,47 @@ func TestIdentityEnv(t *testing.T) {
 		})
 	}
 }
+
+// TestSpecControlCharacters: strings from NVML with characters that the
+// runtimes' CDI loader (a YAML parser) rejects are made printable in the
+// identity variables, and an environment entry with one fails Spec instead
+// of writing a spec the runtime cannot load, as does a device name CDI
+// refuses (both found by FuzzSpec).
+func TestSpecControlCharacters(t *testing.T) {
+	odd := model.GPU{Minor: 3, UUID: "GPU-bbbbbbbb-0000-0000-0000-000000000000", ProductName: "NVIDIA\x7f H100\u0085"}
+	tests := []struct {
+		name    string
+		device  ClaimDevice
+		wantEnv []string
+		wantErr string
+	}{
+		{name: "product and MIG profile with control characters",
+			device: ClaimDevice{DeviceName: "gpu-3-mig-1g10gb-9", GPU: &odd,
+				MIG: &MIGInstance{UUID: "MIG-dd", GIID: 9, CIID: 0, Profile: "1g.10gb\x7f"}},
+			wantEnv: []string{"GPUDRA_GPU_3_PRODUCT=NVIDIA? H100?", "GPUDRA_MIG_3_9_0_PROFILE=1g.10gb?"}},
+		{name: "extra environment with a control character",
+			device:  ClaimDevice{DeviceName: "gpu-3", GPU: &gpus[1], Env: []string{"GPUDRA_X=a\u0085b"}},
+			wantErr: `environment entry "GPUDRA_X=a\u0085b" of device gpu-3 has a control character`},
+		{name: "device name CDI refuses", device: ClaimDevice{DeviceName: "gpu 3", GPU: &gpus[1]},
+			wantErr: `device name "gpu 3": invalid character ' '`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			edits, err := NewCachedEdits(SimulatedEdits{}, []model.GPU{*tc.device.GPU})
+			require.NoError(t, err)
+			w, err := NewWriter(t.TempDir(), edits)
+			require.NoError(t, err)
+			w.SetMIGCaps(SimulatedMIGCaps{})
+			ids, err := w.WriteClaim(uid, []ClaimDevice{tc.device})
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			spec := inject(t, w.Dir(), ids[tc.device.DeviceName])
+			for _, e := range tc.wantEnv {
+				require.Contains(t, spec.Process.Env, e)
+			}
+		})
+	}
+}

@@ -71,6 +71,10 @@ type Config struct {
 	Held func(context.Context) ([]Holding, error)
 	// Pods names the pods of the claims; nil: no pod labels.
 	Pods PodSource
+	// HideWorkloads leaves the claim and pod labels of every series empty
+	// (one series per device): /metrics then names no tenant's namespace,
+	// claim or pod. Held is still read, for the dynamic MIG devices.
+	HideWorkloads bool
 	// Interval between samples; DefaultInterval when 0.
 	Interval time.Duration
 }
@@ -165,6 +169,10 @@ func (s *Sampler) SampleOnce(ctx context.Context) {
 		s.cfg.Pods.Forget(keep)
 	}
 	devices := devicesOf(s.cfg.Devices, holdings)
+	labelled := holdings
+	if s.cfg.HideWorkloads {
+		labelled = nil
+	}
 	snap := &snapshot{}
 	seen := make(map[string]bool, len(devices))
 	for _, d := range devices {
@@ -173,7 +181,7 @@ func (s *Sampler) SampleOnce(ctx context.Context) {
 		if !ok {
 			continue // gone (a dynamic MIG device just destroyed) or lost
 		}
-		for _, labels := range labelSets(ctx, d, holdings, s.cfg.Pods) {
+		for _, labels := range labelSets(ctx, d, labelled, s.cfg.Pods) {
 			snap.series = append(snap.series, series{labels: labels, reading: r})
 		}
 	}

@@ -94,6 +94,7 @@ spec:
         - --health-ignored-xids={{ $p.health.ignoredXIDs }}
         - --health-probe-interval={{ $p.health.probeInterval }}
         - --telemetry-interval={{ $p.telemetry.interval }}
+        - --telemetry-workload-labels={{ ne $p.telemetry.workloadLabels false }}
         {{- with include "gpudra.compatibility" $root }}
         - --compatibility={{ . }}
         {{- end }}
