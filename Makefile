@@ -285,4 +285,4 @@ gpu-verify: prereqs-build ## Build the read-only GPU verification kit into _outp
 	  if ldd $(GPU_VERIFY) | grep -vqE 'linux-vdso|/ld-linux|lib(c|dl|pthread)\.so'; then \
 	    echo "gpu-verify: links more than libc/libdl dynamically" >&2; exit 1; fi; \
 	  if command -v objdump >/dev/null; then echo "needs glibc >= $$(objdump -T $(GPU_VERIFY) | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 | cut -d_ -f2)"; fi
-	@echo "Usage: copy the directory (the kit and the image's nvidia-cdi-hook, which the kit names in its specs and starts) to the GPU machine and run ./gpudra-gpu-verify [--nvidia-driver-root=/] [--nvidia-cdi-hook-path=...] [--watch=60s] [-json]; exit status 0: every check passed"
+	@echo "Usage: copy the directory (the kit and the image's nvidia-cdi-hook, which the kit names in its specs and starts) to the GPU machine and run ./gpudra-gpu-verify [--nvidia-driver-root=/] [--nvidia-cdi-hook-path=...] [--watch=60s] [-json] [-fail-on-table-corrections]; exit status 0: every check passed"

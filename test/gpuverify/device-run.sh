@@ -26,6 +26,8 @@ echo "== gpudra-gpu-verify"
 "$kit" -json --watch="${WATCH:-45s}" > "$out/report.json" 2> "$out/stderr.log"; rc=$?
 "$kit" --watch=5s --slices > "$out/report.txt" 2>> "$out/stderr.log"
 tail -n 60 "$out/report.txt"
+echo "== NVML fidelity table corrections (step 6: a real answer the table's real column does not name)"
+grep -A2 'TABLE CORRECTION' "$out/report.txt" || echo "none"
 echo "stderr: $(wc -l < "$out/stderr.log") lines, of which logrus-format (time=... level=...): $(grep -c '^time=.* level=' "$out/stderr.log")"
 echo "exit status of the JSON run: $rc"
 exit $rc

@@ -39,6 +39,13 @@ func TestFakeDriverRoot(t *testing.T) {
 	require.Contains(t, rep.Library, filepath.Join(root, "usr/lib/x86_64-linux-gnu/libnvidia-ml.so."))
 	require.Contains(t, text, "gpu-0 skipped: MIG mode is enabled")
 	require.Len(t, rep.Claims, 1)
+	// Step 6 through the dlopened library: every read-only row it checks
+	// is answered as the table's real column says; the GPU in MIG mode
+	// answers the utilization query NOT_SUPPORTED, which the row allows.
+	require.NotNil(t, rep.Fidelity)
+	require.Zero(t, rep.Fidelity.Corrections)
+	require.Greater(t, rep.Fidelity.RowsChecked, 20)
+	require.Contains(t, text, "nvmlDeviceGetUtilizationRates [all]: NOT_SUPPORTED on GPU 0, differs from the simulator's SUCCESS")
 	// The simulated library keeps the GPUs' MIG state in the root: after the
 	// run it holds exactly the MIG devices discovered at its start.
 	st, err := sim.ReadState(filepath.Join(root, fakedriver.StateFile))

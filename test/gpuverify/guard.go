@@ -23,7 +23,9 @@ import (
 //     that node only, no configuration (so no sharing), no admin access, no
 //     shares;
 //   - nothing else in the kit calls an NVML function that changes state
-//     (discovery, nvcdi, the health monitor only read).
+//     (discovery, nvcdi, the health monitor only read; the fidelity table's
+//     check makes only test/fidelity's calls, every one a Get or Query:
+//     TestCallsOnlyRead).
 
 // errReadOnly marks a refused change of a GPU setting.
 var errReadOnly = errors.New("gpudra-gpu-verify is read-only on GPU settings")

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/test/fidelity"
 )
 
 // Status of a report entry.
@@ -80,8 +82,11 @@ type Report struct {
 	Claims     []*ClaimResult   `json:"claims,omitempty"`
 	Health     *HealthResult    `json:"health,omitempty"`
 	Telemetry  *TelemetryResult `json:"telemetry,omitempty"`
-	Passed     int              `json:"passed"`
-	Failed     int              `json:"failed"`
+	// Fidelity is step 6: every row checked, on which GPU, and the table
+	// corrections (Observations with correction set).
+	Fidelity *fidelity.Result `json:"fidelity,omitempty"`
+	Passed   int              `json:"passed"`
+	Failed   int              `json:"failed"`
 }
 
 func (r *Report) section(title string) *Section {

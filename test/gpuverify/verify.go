@@ -11,7 +11,11 @@
 //  3. every host path of every generated CDI spec exists, and the CDI
 //     library loads the specs and injects them into an OCI spec;
 //  4. the NVML event set and the health monitor's probes, watched for a
-//     while (no findings expected on a healthy machine).
+//     while (no findings expected on a healthy machine);
+//  5. the plugin's telemetry sampler;
+//  6. the rows of the NVML fidelity table (docs/nvml-fidelity.md) that a
+//     GPU answers read-only: a real answer the row's real column does not
+//     name is a table correction (fidelity.go).
 //
 // The kit is read-only on GPU settings (see ReadOnlyStatement and guard.go).
 //
@@ -76,6 +80,10 @@ type Config struct {
 	// ShowSlices adds the ResourceSlices as YAML to the text report (the
 	// JSON report always has them).
 	ShowSlices bool
+	// FailOnTableCorrections makes a table correction of step 6 (a real
+	// answer the fidelity table's real column does not name) a failed
+	// check; by default it is reported and the run does not fail on it.
+	FailOnTableCorrections bool
 	// WatchStarted, when set, is called once the health watch has
 	// registered for events and started the monitor (tests inject faults).
 	WatchStarted func()
@@ -124,11 +132,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if node == nil {
 		k.r.section("2-5. Prepare, CDI, health, telemetry").info("Skipped: NVML or discovery failed (above).")
-		return k.r, nil
+	} else {
+		k.claims(ctx, node)
+		k.health(ctx, node)
+		k.telemetry(ctx, node)
 	}
-	k.claims(ctx, node)
-	k.health(ctx, node)
-	k.telemetry(ctx, node)
+	if k.lib != nil {
+		k.fidelity()
+	}
 	return k.r, nil
 }
 

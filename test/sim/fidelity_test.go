@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,9 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpudra/gpudra/test/fidelity"
+	"github.com/gpudra/gpudra/test/sim/models"
 )
 
 // TestFidelityDoc walks every table of docs/nvml-fidelity.md (every
@@ -23,108 +25,49 @@ import (
 //   - the simulator is never kinder than real NVML: where real's first
 //     code is an error, the simulator does not answer SUCCESS;
 //   - the test column names Test functions that exist in the repository;
-//   - where this test knows how to make the call (fidelityCalls), it loads
+//   - where test/fidelity knows how to make the call (fidelity.CallFor: the
+//     read-only calls, the same the GPU kit makes on real GPUs), it loads
 //     one GPU of each model the row names, in its initial state (MIG
 //     disabled, idle), and the simulator answers the simulator column's
 //     code.
 //
-// The models column is `all`, a model group (fidelityGroups: x86, grace,
+// The table is the copy embedded by package docs (the file itself). The
+// models column is `all`, a model group (fidelity.Groups: x86, grace,
 // unified-memory; a group with no catalogue model is checked on the
 // h100-sxm5-80gb with the group's `nvml:` mapping), or model names.
 func TestFidelityDoc(t *testing.T) {
-	rows := readFidelityRows(t, filepath.Join("..", "..", "docs", "nvml-fidelity.md"))
+	rows, err := fidelity.Table()
+	require.NoError(t, err)
 	require.NotEmpty(t, rows)
 	tests := testFunctions(t, filepath.Join("..", ".."))
 	for _, r := range rows {
-		t.Run(r.section+"/"+r.call+"/"+r.models, func(t *testing.T) {
-			real := returnCodes(r.real)
-			require.NotEmpty(t, real, "line %d: the real column starts with a return code: %q", r.line, r.real)
-			simCodes := returnCodes(r.simulator)
-			require.NotEmpty(t, simCodes, "line %d: the simulator column starts with a return code: %q", r.line, r.simulator)
+		t.Run(r.Section+"/"+r.Call+"/"+r.Models, func(t *testing.T) {
+			real := fidelity.ReturnCodes(r.Real)
+			require.NotEmpty(t, real, "line %d: the real column starts with a return code: %q", r.Line, r.Real)
+			simCodes := fidelity.ReturnCodes(r.Simulator)
+			require.NotEmpty(t, simCodes, "line %d: the simulator column starts with a return code: %q", r.Line, r.Simulator)
 			sim := simCodes[0]
-			require.Contains(t, real, sim, "line %d: the simulator answers a code real NVML gives", r.line)
+			require.Contains(t, real, sim, "line %d: the simulator answers a code real NVML gives", r.Line)
 			if real[0] != nvml.SUCCESS {
-				require.NotEqual(t, nvml.SUCCESS, sim, "line %d: kinder than real NVML (%s)", r.line, r.real)
+				require.NotEqual(t, nvml.SUCCESS, sim, "line %d: kinder than real NVML (%s)", r.Line, r.Real)
 			}
-			names := regexp.MustCompile(`\bTest[A-Za-z0-9_]+`).FindAllString(r.test, -1)
-			require.NotEmpty(t, names, "line %d: the test column names a Test function", r.line)
+			names := regexp.MustCompile(`\bTest[A-Za-z0-9_]+`).FindAllString(r.Test, -1)
+			require.NotEmpty(t, names, "line %d: the test column names a Test function", r.Line)
 			for _, n := range names {
-				require.True(t, tests[n], "line %d: no func %s in the repository's tests", r.line, n)
+				require.True(t, tests[n], "line %d: no func %s in the repository's tests", r.Line, n)
 			}
-			call, known := fidelityCalls[r.call]
+			call, known := fidelity.CallFor(r.Call)
 			if !known {
 				return // another test covers it (checked above)
 			}
-			for _, m := range fidelityModels(t, r.models) {
-				got := call(t, m.server(t))
-				require.Equal(t, sim, got, "line %d: %s on %s", r.line, r.call, m.name)
+			for _, m := range fidelityModels(t, r.Models) {
+				s := m.server(t)
+				d, ret := s.DeviceGetHandleByIndex(0)
+				require.Equal(t, nvml.SUCCESS, ret)
+				require.Equal(t, fidelity.CodeName(sim), fidelity.CodeName(call(s, d, 0)), "line %d: %s on %s", r.Line, r.Call, m.name)
 			}
 		})
 	}
-}
-
-type fidelityRow struct {
-	section, call, models, real, source, simulator, test string
-	line                                                 int
-}
-
-func readFidelityRows(t *testing.T, path string) []fidelityRow {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer func() { _ = f.Close() }()
-	var rows []fidelityRow
-	section := ""
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if s, ok := strings.CutPrefix(line, "## "); ok {
-			section = s
-			continue
-		}
-		if !strings.HasPrefix(line, "|") || strings.HasPrefix(line, "| call ") || strings.HasPrefix(line, "|---") {
-			continue
-		}
-		cells := strings.Split(strings.Trim(line, "|"), "|")
-		require.Len(t, cells, 6, "line %d: a row has six columns: %s", n, line)
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
-		}
-		rows = append(rows, fidelityRow{section: section, call: strings.Trim(cells[0], "`"), models: cells[1],
-			real: cells[2], source: cells[3], simulator: cells[4], test: cells[5], line: n})
-	}
-	require.NoError(t, sc.Err())
-	return rows
-}
-
-var codeRE = regexp.MustCompile(`\b[A-Z][A-Z_]{3,}[A-Z]\b`)
-
-// returnCodes are the NVML return codes a column names, in order; the
-// column must start with one.
-func returnCodes(col string) []nvml.Return {
-	var out []nvml.Return
-	for i, w := range codeRE.FindAllStringIndex(col, -1) {
-		word := col[w[0]:w[1]]
-		ret, ok := returnByName(word)
-		if i == 0 && (w[0] != 0 || !ok) {
-			return nil
-		}
-		if ok {
-			out = append(out, ret)
-		}
-	}
-	return out
-}
-
-func returnByName(name string) (nvml.Return, bool) {
-	for r := nvml.Return(0); r <= 999; r++ {
-		s := r.String()
-		if s == name || s == "ERROR_"+name {
-			return r, true
-		}
-	}
-	return 0, false
 }
 
 // testFunctions lists the Test functions of every _test.go file under root.
@@ -155,15 +98,40 @@ func testFunctions(t *testing.T, root string) map[string]bool {
 	return out
 }
 
-// fidelityGroups are model groups by the `nvml:` mapping (capabilities.go).
+// fidelityGroups are the model groups (fidelity.Groups) as the simulator
+// maps them (capabilities.go), and the `nvml:` mapping a synthetic member of
+// a group without a catalogue model gets.
 var fidelityGroups = map[string]struct {
 	member  func(*Model) bool
-	mapping string // the mapping a synthetic member gets
+	mapping string
 }{
-	"x86": {func(m *Model) bool { return m.NVML.NUMANodeID == NUMANodeIDNotSupported && !m.NVML.UnifiedMemory }, ""},
-	"grace": {func(m *Model) bool { return m.NVML.NUMANodeID == NUMANodeIDGPUMemory },
+	fidelity.GroupX86: {func(m *Model) bool { return m.NVML.NUMANodeID == NUMANodeIDNotSupported && !m.NVML.UnifiedMemory }, ""},
+	fidelity.GroupGrace: {func(m *Model) bool { return m.NVML.NUMANodeID == NUMANodeIDGPUMemory },
 		"nvml: {numaNodeId: gpu-memory}"},
-	"unified-memory": {func(m *Model) bool { return m.NVML.UnifiedMemory }, "nvml: {unifiedMemory: true}"},
+	fidelity.GroupUnifiedMemory: {func(m *Model) bool { return m.NVML.UnifiedMemory }, "nvml: {unifiedMemory: true}"},
+}
+
+// TestFidelityCatalogue: the table package reads the catalogue as the
+// simulator does: the same models, product names and groups.
+func TestFidelityCatalogue(t *testing.T) {
+	catalogue, err := fidelity.Catalogue()
+	require.NoError(t, err)
+	builtin, err := builtinModels()
+	require.NoError(t, err)
+	require.Len(t, catalogue, len(builtin))
+	require.ElementsMatch(t, fidelity.Groups, sortedKeys(fidelityGroups))
+	for _, m := range catalogue {
+		sm, ok := builtin[m.Name]
+		require.True(t, ok, m.Name)
+		require.Equal(t, sm.ProductName, m.ProductName, m.Name)
+		var groups []string
+		for _, g := range fidelity.Groups {
+			if fidelityGroups[g].member(sm) {
+				groups = append(groups, g)
+			}
+		}
+		require.Equal(t, groups, m.Groups, m.Name)
+	}
 }
 
 // fidelityModel is a catalogue model, or a synthetic member of a group.
@@ -176,7 +144,7 @@ func (m fidelityModel) server(t *testing.T) *Server {
 	t.Helper()
 	profile := fmt.Sprintf("name: fidelity\ndriverVersion: \"570.124.06\"\ncudaDriverVersion: \"12.8\"\ngpus: [{model: %s, numaNode: 0}]\n", m.name)
 	if m.mapping != "" {
-		data, err := modelFiles.ReadFile("models/h100-sxm5-80gb.yaml")
+		data, err := models.Files.ReadFile("h100-sxm5-80gb.yaml")
 		require.NoError(t, err)
 		model := strings.Replace(string(data), "name: h100-sxm5-80gb", "name: "+m.name, 1) + m.mapping + "\n"
 		var indented []string
@@ -199,32 +167,20 @@ func (m fidelityModel) server(t *testing.T) *Server {
 
 func fidelityModels(t *testing.T, col string) []fidelityModel {
 	t.Helper()
-	catalogue, err := builtinModels()
+	catalogue, err := fidelity.Catalogue()
 	require.NoError(t, err)
-	names := sortedKeys(catalogue)
+	sel, err := fidelity.ParseModels(col, catalogue)
+	require.NoError(t, err)
 	var out []fidelityModel
-	for _, item := range strings.Split(col, ",") {
-		item = strings.Trim(strings.TrimSpace(item), "`")
-		if item == "all" {
-			for _, n := range names {
-				out = append(out, fidelityModel{name: n})
-			}
-			continue
+	for _, m := range catalogue {
+		if sel.Applies(m.Name, m.Groups) {
+			out = append(out, fidelityModel{name: m.Name})
 		}
-		if g, ok := fidelityGroups[item]; ok {
-			before := len(out)
-			for _, n := range names {
-				if g.member(catalogue[n]) {
-					out = append(out, fidelityModel{name: n})
-				}
-			}
-			if len(out) == before {
-				out = append(out, fidelityModel{name: "synthetic-" + item, mapping: g.mapping})
-			}
-			continue
+	}
+	for _, g := range sel.Groups {
+		if !slices.ContainsFunc(catalogue, func(m fidelity.Model) bool { return slices.Contains(m.Groups, g) }) {
+			out = append(out, fidelityModel{name: "synthetic-" + g, mapping: fidelityGroups[g].mapping})
 		}
-		require.True(t, slices.Contains(names, item), "unknown model or group %q: known %v and groups x86, grace, unified-memory", item, names)
-		out = append(out, fidelityModel{name: item})
 	}
 	return out
 }

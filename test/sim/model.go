@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"embed"
 	"fmt"
 	"math/bits"
 	"path"
@@ -13,10 +12,9 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/apimachinery/pkg/api/resource"
-)
 
-//go:embed models/*.yaml
-var modelFiles embed.FS
+	"github.com/gpudra/gpudra/test/sim/models"
+)
 
 // nameRE restricts profile and model names; names double as file names.
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
@@ -54,14 +52,14 @@ var gpuInstanceProfiles = map[string]int{
 
 // builtinModels parses the embedded catalogue once.
 var builtinModels = sync.OnceValues(func() (map[string]*Model, error) {
-	entries, err := modelFiles.ReadDir("models")
+	entries, err := models.Files.ReadDir(".")
 	if err != nil {
 		return nil, err
 	}
-	models := map[string]*Model{}
+	byName := map[string]*Model{}
 	for _, e := range entries {
 		file := path.Join("models", e.Name())
-		data, err := modelFiles.ReadFile(file)
+		data, err := models.Files.ReadFile(e.Name())
 		if err != nil {
 			return nil, err
 		}
@@ -73,21 +71,21 @@ var builtinModels = sync.OnceValues(func() (map[string]*Model, error) {
 		if err != nil {
 			return nil, fmt.Errorf("built-in model %s: %w", file, err)
 		}
-		if _, dup := models[m.Name]; dup {
+		if _, dup := byName[m.Name]; dup {
 			return nil, fmt.Errorf("built-in model %s: duplicate name %q", file, m.Name)
 		}
-		models[m.Name] = m
+		byName[m.Name] = m
 	}
-	return models, nil
+	return byName, nil
 })
 
 // BuiltinModels returns the names of the built-in GPU models, sorted.
 func BuiltinModels() []string {
-	models, err := builtinModels()
+	byName, err := builtinModels()
 	if err != nil {
 		return nil
 	}
-	return sortedKeys(models)
+	return sortedKeys(byName)
 }
 
 // join builds a field path: join("models[0]", "mig") is "models[0].mig".

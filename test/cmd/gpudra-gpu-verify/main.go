@@ -1,7 +1,8 @@
 // Command gpudra-gpu-verify checks gpudra's kubelet-plugin code paths on a
 // machine with NVIDIA GPUs, read-only on GPU settings: NVML and discovery,
 // the ResourceSlice, prepare/unprepare of whole-GPU claims with the node's
-// real CDI edits, the generated CDI specs, and GPU health events and probes.
+// real CDI edits, the generated CDI specs, GPU health events and probes,
+// telemetry, and the rows of the NVML fidelity table a GPU answers read-only.
 // See test/gpuverify. Build it with `make gpu-verify`; the exit status is 0
 // only when every check passed.
 package main
@@ -37,6 +38,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	probeInterval := fs.Duration("probe-interval", 5*time.Second, "Health monitor probe interval, as --health-probe-interval of the plugin.")
 	tmpDir := fs.String("tmp-dir", "", "Parent directory of the temporary CDI, checkpoint and lock directories (default $TMPDIR or /tmp).")
 	asJSON := fs.Bool("json", false, "Print the report as JSON instead of text (with the full inspection and CDI specs).")
+	failOnCorrections := fs.Bool("fail-on-table-corrections", false, "Fail the run (exit status 1) when a real GPU answers a row of the NVML "+
+		"fidelity table (docs/nvml-fidelity.md) with a code its real column does not name; by default such table corrections are only reported.")
 	showSlices := fs.Bool("slices", false, "Text report: also print the ResourceSlices as YAML, as `gpu-kubelet-plugin inspect` does.")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -60,6 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg := gpuverify.ForDriverRoot(*driverRoot, gpuverify.DefaultHookPath(*hookPath))
 	cfg.NodeName, cfg.DriverName = *nodeName, *driverName
 	cfg.Watch, cfg.ProbeInterval, cfg.TempDir, cfg.ShowSlices = *watch, *probeInterval, *tmpDir, *showSlices
+	cfg.FailOnTableCorrections = *failOnCorrections
 	report, err := gpuverify.Run(ctx, cfg)
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "Error:", err)

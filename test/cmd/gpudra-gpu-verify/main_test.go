@@ -40,6 +40,13 @@ func TestExitStatus(t *testing.T) {
 				require.Contains(t, rep.ReadOnly, "READ-ONLY")
 			},
 		},
+		{
+			name: "fail on table corrections", args: []string{"-nvidia-driver-root", t.TempDir(), "-watch", "1s", "-fail-on-table-corrections"},
+			wantStatus: 1,
+			check: func(t *testing.T, out string) {
+				require.NotContains(t, out, "6. NVML fidelity table", "no table check without NVML")
+			},
+		},
 		{name: "unknown flag", args: []string{"-mig=dynamic"}, wantStatus: 2},
 		{name: "stray argument", args: []string{"now"}, wantStatus: 2},
 	}
