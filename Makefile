@@ -215,7 +215,7 @@ check-dockerfile: ## Run the Dockerfile's build-stage RUN commands as plain shel
 IMAGES_DIR := $(OUTPUT)/images
 IMAGE_BIN := $(IMAGES_DIR)/bin
 BUSYBOX_ROOT := $(OUTPUT)/busybox-static
-images: prereqs-build busybox-static workload-root ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev) images as OCI tarballs in _output/images, no Docker
+images: prereqs-build busybox-static workload-root ## pause, workload (also one with NVIDIA_VISIBLE_DEVICES=all, as CUDA images set it) and gpudra (ghcr.io/gpudra/gpudra:dev) images as OCI tarballs in _output/images, no Docker
 	@mkdir -p $(IMAGE_BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(IMAGE_BIN)/ ./test/cmd/gpudra-pause ./test/cmd/gpudra-gpus
 	CGO_ENABLED=1 $(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(IMAGE_BIN)/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller
