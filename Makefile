@@ -19,7 +19,7 @@ BENCH_PKGS := ./internal/...
 
 
 # (workload-root is a file target's alias, see below)
-.PHONY: workload-root all bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
+.PHONY: workload-root all bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd crio demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
 
 all: build
 
@@ -69,7 +69,7 @@ k8s-binaries: ## etcd + Kubernetes binaries for the local cluster (cached in _ou
 	./hack/build-k8s.sh
 
 # prereqs-cluster first: a fresh machine learns what it lacks before the long builds.
-E2E_DEPS := prereqs-cluster build k8s-binaries containerd images $(HELM)
+E2E_DEPS := prereqs-cluster build k8s-binaries containerd crio images $(HELM)
 # The suite's output, then each failed test's output again: CI shows only the tail.
 FAILED_TESTS = $(GO) run ./test/cmd/gpudra-failed-tests
 e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-installed driver (E2E_KEEP_CLUSTER=1 keeps it)
@@ -179,6 +179,9 @@ kubeconfig: ## Print the local cluster's admin kubeconfig path (use: make -s kub
 
 containerd: ## containerd, its runc shim and ctr for the local cluster's nodes (pinned in hack/containerd, cached in _output/bin)
 	./hack/build-containerd.sh
+
+crio: prereqs-cluster ## CRI-O (crio, pinns) and gpudra-crio-import for the local cluster's CRI-O nodes (pinned in hack/crio, cached in _output/bin)
+	./hack/build-crio.sh
 
 clean:
 	rm -rf $(OUTPUT)
