@@ -21,6 +21,17 @@ const (
 	CRIOStorageDriver  = "overlay"
 )
 
+// HugePagesDir is where the kernel lists its huge page sizes. The kubelet
+// gives every container a hugetlb limit per size listed there, CRI-O passes
+// them on whenever the kernel has the controller, and runc then fails on a
+// hybrid cgroup host whose hugetlb controller is in no v1 hierarchy
+// ("cannot set hugetlb limit: container could not join or create cgroup";
+// containerd tolerates it by default: tolerate_missing_hugetlb_controller,
+// disable_hugetlb_controller). A
+// CRI-O node gets an empty directory there, as on a kernel without huge
+// pages, so that no limits are asked for.
+const HugePagesDir = "/sys/kernel/mm/hugepages"
+
 // crioImportBinary fills a CRI-O node's image store from the OCI tarballs
 // (hack/crio/cmd/gpudra-crio-import, built by make crio).
 const crioImportBinary = "gpudra-crio-import"
@@ -29,6 +40,9 @@ const crioImportBinary = "gpudra-crio-import"
 // directory, so that no /etc/crio/crio.conf.d of the host applies.
 func (n NodeLayout) CRIOConfig() string    { return filepath.Join(n.Dir, "crio.conf") }
 func (n NodeLayout) CRIOConfigDir() string { return filepath.Join(n.Dir, "crio.conf.d") }
+
+// NoHugePagesDir is the empty directory a CRI-O node sees at HugePagesDir.
+func (n NodeLayout) NoHugePagesDir() string { return filepath.Join(n.Dir, "no-hugepages") }
 
 // crioConfig is the node's CRI-O configuration: Debian's runc through
 // Debian's conmon, cgroupfs under the kubelet's cgroup root, CDI specs from
@@ -105,6 +119,12 @@ func (c *Cluster) startCRIO(ctx context.Context, spec NodeSpec) error {
 			spec.Name, strings.Join(missing, ", "))
 	}
 	n := c.Node(spec.Name)
+	if err := os.MkdirAll(n.NoHugePagesDir(), 0o755); err != nil {
+		return err
+	}
+	if _, err := run(ctx, c.nsenter(spec.Name, "mount", "--bind", n.NoHugePagesDir(), HugePagesDir)...); err != nil {
+		return fmt.Errorf("node %s: hide the huge page sizes from CRI-O and the kubelet: %w", spec.Name, err)
+	}
 	if err := c.writeNodeRuntimeFiles(spec); err != nil {
 		return err
 	}
