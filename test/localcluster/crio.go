@@ -27,9 +27,8 @@ const (
 // hybrid cgroup host whose hugetlb controller is in no v1 hierarchy
 // ("cannot set hugetlb limit: container could not join or create cgroup";
 // containerd tolerates it by default: tolerate_missing_hugetlb_controller,
-// disable_hugetlb_controller). A
-// CRI-O node gets an empty directory there, as on a kernel without huge
-// pages, so that no limits are asked for.
+// disable_hugetlb_controller). A CRI-O node gets an empty directory there,
+// as on a kernel without huge pages, so that no limits are asked for.
 const HugePagesDir = "/sys/kernel/mm/hugepages"
 
 // crioImportBinary fills a CRI-O node's image store from the OCI tarballs
