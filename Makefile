@@ -19,7 +19,7 @@ BENCH_PKGS := ./internal/...
 
 
 # (workload-root is a file target's alias, see below)
-.PHONY: workload-root all bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
+.PHONY: workload-root all bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd crio demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
 
 all: build
 
@@ -69,7 +69,7 @@ k8s-binaries: ## etcd + Kubernetes binaries for the local cluster (cached in _ou
 	./hack/build-k8s.sh
 
 # prereqs-cluster first: a fresh machine learns what it lacks before the long builds.
-E2E_DEPS := prereqs-cluster build k8s-binaries containerd images $(HELM)
+E2E_DEPS := prereqs-cluster build k8s-binaries containerd crio images $(HELM)
 # The suite's output, then each failed test's output again: CI shows only the tail.
 FAILED_TESTS = $(GO) run ./test/cmd/gpudra-failed-tests
 e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-installed driver (E2E_KEEP_CLUSTER=1 keeps it)
@@ -186,6 +186,9 @@ kubeconfig: ## Print the local cluster's admin kubeconfig path (use: make -s kub
 containerd: ## containerd, its runc shim and ctr for the local cluster's nodes (pinned in hack/containerd, cached in _output/bin)
 	./hack/build-containerd.sh
 
+crio: prereqs-cluster ## CRI-O (crio, pinns) and gpudra-crio-import for the local cluster's CRI-O nodes (pinned in hack/crio, cached in _output/bin)
+	./hack/build-crio.sh
+
 clean:
 	rm -rf $(OUTPUT)
 
@@ -221,7 +224,7 @@ check-dockerfile: ## Run the Dockerfile's build-stage RUN commands as plain shel
 IMAGES_DIR := $(OUTPUT)/images
 IMAGE_BIN := $(IMAGES_DIR)/bin
 BUSYBOX_ROOT := $(OUTPUT)/busybox-static
-images: prereqs-build busybox-static workload-root ## pause, workload and gpudra (ghcr.io/gpudra/gpudra:dev) images as OCI tarballs in _output/images, no Docker
+images: prereqs-build busybox-static workload-root ## pause, workload (also one with NVIDIA_VISIBLE_DEVICES=all, as CUDA images set it) and gpudra (ghcr.io/gpudra/gpudra:dev) images as OCI tarballs in _output/images, no Docker
 	@mkdir -p $(IMAGE_BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(IMAGE_BIN)/ ./test/cmd/gpudra-pause ./test/cmd/gpudra-gpus
 	CGO_ENABLED=1 $(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(IMAGE_BIN)/ ./cmd/gpu-kubelet-plugin ./cmd/gpu-controller

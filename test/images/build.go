@@ -134,10 +134,13 @@ func requireStatic(binary string) error {
 const (
 	PauseTar    = "pause.tar"
 	WorkloadTar = "workload.tar"
-	GpudraTar   = "gpudra.tar"
+	// AllGPUsWorkloadTar is AllGPUsWorkloadImage.
+	AllGPUsWorkloadTar = "workload-all-gpus.tar"
+	GpudraTar          = "gpudra.tar"
 )
 
-// BuildAll writes pause.tar, workload.tar and gpudra.tar into outDir.
+// BuildAll writes pause.tar, workload.tar, workload-all-gpus.tar and
+// gpudra.tar into outDir.
 func BuildAll(outDir string, s Sources) ([]*Written, error) {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create the image directory: %w", err)
@@ -146,7 +149,8 @@ func BuildAll(outDir string, s Sources) ([]*Written, error) {
 	for _, b := range []struct {
 		file string
 		spec func(Sources) (Image, error)
-	}{{PauseTar, PauseSpec}, {WorkloadTar, WorkloadSpec}, {GpudraTar, GpudraSpec}} {
+	}{{PauseTar, PauseSpec}, {WorkloadTar, WorkloadSpec},
+		{AllGPUsWorkloadTar, AllGPUsWorkloadSpec}, {GpudraTar, GpudraSpec}} {
 		img, err := b.spec(s)
 		if errors.Is(err, fs.ErrNotExist) {
 			return out, fmt.Errorf("%s: %w (make images builds the binaries and unpacks busybox-static)", b.file, err)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -17,7 +18,15 @@ const (
 	// WorkloadImage has busybox's tools, Debian's C library, ldconfig and
 	// bash, and gpudra-gpus, for test pods.
 	WorkloadImage = "registry.local/gpudra/workload:local"
+	// AllGPUsWorkloadImage is the workload image with the variables CUDA's
+	// base images set (WorkloadAllGPUsEnv): a runtime that acted on them
+	// would give every container of it every GPU, claim or not.
+	AllGPUsWorkloadImage = "registry.local/gpudra/workload-all-gpus:local"
 )
+
+// WorkloadAllGPUsEnv are the variables of AllGPUsWorkloadImage, as CUDA's
+// base images (nvidia/cuda) set them.
+var WorkloadAllGPUsEnv = []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}
 
 // Binaries in Sources.BinDir.
 const (
@@ -114,6 +123,17 @@ func WorkloadSpec(s Sources) (Image, error) {
 		Config:  Config{Env: []string{defaultPath}, Cmd: WorkloadCmd, WorkingDir: "/"},
 		Entries: entries,
 	}, nil
+}
+
+// AllGPUsWorkloadSpec is the workload image with WorkloadAllGPUsEnv.
+func AllGPUsWorkloadSpec(s Sources) (Image, error) {
+	img, err := WorkloadSpec(s)
+	if err != nil {
+		return img, err
+	}
+	img.Name = AllGPUsWorkloadImage
+	img.Config.Env = append(slices.Clone(img.Config.Env), WorkloadAllGPUsEnv...)
+	return img, nil
 }
 
 // WorkloadCmd is the workload image's default command: print the GPUs the

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -140,12 +141,12 @@ func TestBuildAll(t *testing.T) {
 	src := testSources(t)
 	written, err := BuildAll(t.TempDir(), src)
 	require.NoError(t, err)
-	require.Len(t, written, 3)
+	require.Len(t, written, 4)
 	var names []string
 	for _, w := range written {
 		names = append(names, w.Name)
 	}
-	assert.Equal(t, []string{PauseImage, WorkloadImage, "ghcr.io/gpudra/gpudra:dev"}, names)
+	assert.Equal(t, []string{PauseImage, WorkloadImage, AllGPUsWorkloadImage, "ghcr.io/gpudra/gpudra:dev"}, names)
 
 	pause, err := Read(written[0].Path)
 	require.NoError(t, err)
@@ -165,7 +166,13 @@ func TestBuildAll(t *testing.T) {
 	assert.Equal(t, int64(0o1777), workload.Files["/tmp"].Mode)
 	assert.Equal(t, WorkloadCmd, workload.Config.Cmd)
 
-	gpudra, err := Read(written[2].Path)
+	allGPUs, err := Read(written[2].Path)
+	require.NoError(t, err)
+	assert.Equal(t, append(slices.Clone(workload.Config.Env), WorkloadAllGPUsEnv...), allGPUs.Config.Env)
+	assert.Equal(t, workload.Files, allGPUs.Files)
+	assert.Equal(t, WorkloadCmd, allGPUs.Config.Cmd)
+
+	gpudra, err := Read(written[3].Path)
 	require.NoError(t, err)
 	assert.Equal(t, GpudraConfig, gpudra.Config)
 	for _, b := range GpudraBinaries {

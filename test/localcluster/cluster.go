@@ -149,7 +149,7 @@ func (c *Cluster) up(ctx context.Context) error {
 			return err
 		}
 	}
-	c.logf("nodes: containerd up, images imported, kubelets starting")
+	c.logf("nodes: runtimes up, images imported, kubelets starting")
 	cs, err := c.Client()
 	if err != nil {
 		return err
@@ -166,7 +166,7 @@ func (c *Cluster) up(ctx context.Context) error {
 		return err
 	}
 	for _, n := range c.cfg.Nodes {
-		if err := c.waitFor(ctx, "node "+n.Name+" Ready", []string{kubeletName(n.Name), containerdName(n.Name)}, func(ctx context.Context) error {
+		if err := c.waitFor(ctx, "node "+n.Name+" Ready", []string{kubeletName(n.Name), c.runtimeName(n.Name)}, func(ctx context.Context) error {
 			return nodeReady(ctx, cs, n.Name)
 		}); err != nil {
 			return err

@@ -32,6 +32,8 @@ type NodeSpec struct {
 	// Layout names the node's driver installation (DriverLayouts); "" is
 	// host.
 	Layout string `json:"layout,omitempty"`
+	// Runtime is the node's container runtime (Runtimes); "" is containerd.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Config of a cluster. `up` records it in cluster.json; later commands act
@@ -51,6 +53,8 @@ type Config struct {
 	// Runc and CNIBinDir come from Debian's runc and containernetworking-plugins.
 	Runc      string `json:"runc"`
 	CNIBinDir string `json:"cniBinDir"`
+	// Conmon, Debian's, monitors the containers of CRI-O nodes.
+	Conmon string `json:"conmon"`
 
 	Nodes []NodeSpec `json:"nodes"`
 	// HostIP is every node's InternalIP and the API server's advertise
@@ -92,6 +96,7 @@ func DefaultConfig(repoRoot string) Config {
 		SimNVMLLibrary: filepath.Join(out, "lib", "libnvidia-ml-sim.so"),
 		Runc:           "/usr/sbin/runc",
 		CNIBinDir:      "/usr/lib/cni",
+		Conmon:         "/usr/bin/conmon",
 		Nodes:          []NodeSpec{{Name: "gpu-h100", Profile: "dgx-h100"}, {Name: "gpu-mixed", Profile: "mixed", Slot: 1}},
 		ServiceCIDR:    "10.96.0.0/24",
 		PodCIDR:        "10.244.0.0/16",
@@ -147,6 +152,9 @@ func (c *Config) complete() error {
 	}
 	for i := range c.Nodes {
 		c.Nodes[i].Slot = i
+		if _, err := nodeRuntime(c.Nodes[i].Runtime); err != nil {
+			return fmt.Errorf("node %s: %w", c.Nodes[i].Name, err)
+		}
 	}
 	return nil
 }

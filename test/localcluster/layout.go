@@ -164,6 +164,11 @@ var nodeBinds = []string{
 	"/etc/cdi",
 	CNIConfDir,
 	"/var/lib/cni",
+	// CRI-O's (crio.go); empty on a containerd node.
+	"/run/crio",
+	"/var/lib/crio",
+	"/var/lib/containers",
+	"/run/containers",
 }
 
 // CgroupParent is the cgroup (in every v1 hierarchy) of a node's processes:

@@ -15,13 +15,12 @@ import (
 	"github.com/gpudra/gpudra/test/images"
 )
 
-func containerdName(node string) string { return "containerd-" + node }
-func kubeletName(node string) string    { return "kubelet-" + node }
+func kubeletName(node string) string { return "kubelet-" + node }
 
 func (c *Cluster) nodeComponents() []string {
 	var out []string
 	for _, n := range c.cfg.Nodes {
-		out = append(out, containerdName(n.Name), kubeletName(n.Name))
+		out = append(out, c.runtimeName(n.Name), kubeletName(n.Name))
 	}
 	return out
 }
@@ -192,6 +191,7 @@ func (c *Cluster) cniConfig(node string, i int) string {
 }
 
 func (c *Cluster) kubeletConfig(node string, i int) string {
+	socket := RuntimeSocket(c.runtimeOf(node))
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://%[1]s
@@ -230,16 +230,16 @@ authentication:
     clientCAFile: %[6]s
 authorization:
   mode: AlwaysAllow
-`, ContainerdSocket, c.cfg.HostIP, c.cfg.KubeletPort+i, c.cfg.KubeletHealthzPort+i,
+`, socket, c.cfg.HostIP, c.cfg.KubeletPort+i, c.cfg.KubeletHealthzPort+i,
 		CgroupParent(c.clusterName(), node)+"/pods", c.pkiFile("ca.crt"))
 }
 
 // clusterName names the cluster's cgroups: the base name of its dir.
 func (c *Cluster) clusterName() string { return "gpudra-" + filepath.Base(c.Dir) }
 
-// startNodeRuntime starts the node's containerd and imports the images.
-func (c *Cluster) startNodeRuntime(ctx context.Context, spec NodeSpec) error {
-	n := c.Node(spec.Name)
+// writeNodeRuntimeFiles writes what every runtime of a node reads: its NRI
+// plugin directory and its CNI configuration.
+func (c *Cluster) writeNodeRuntimeFiles(spec NodeSpec) error {
 	i, err := c.nodeIndex(spec.Name)
 	if err != nil {
 		return err
@@ -247,14 +247,20 @@ func (c *Cluster) startNodeRuntime(ctx context.Context, spec NodeSpec) error {
 	if err := c.writeNRIPlugins(spec); err != nil {
 		return err
 	}
+	cni := filepath.Join(c.Node(spec.Name).HostPath(CNIConfDir), "10-gpudra.conflist")
+	return os.WriteFile(cni, []byte(c.cniConfig(spec.Name, i)), 0o644)
+}
+
+// startContainerd starts the node's containerd and imports the images.
+func (c *Cluster) startContainerd(ctx context.Context, spec NodeSpec) error {
+	n := c.Node(spec.Name)
+	if err := c.writeNodeRuntimeFiles(spec); err != nil {
+		return err
+	}
 	if err := os.WriteFile(n.ContainerdConfig(), []byte(c.containerdConfig(n)), 0o644); err != nil {
 		return err
 	}
-	cni := filepath.Join(n.HostPath(CNIConfDir), "10-gpudra.conflist")
-	if err := os.WriteFile(cni, []byte(c.cniConfig(spec.Name, i)), 0o644); err != nil {
-		return err
-	}
-	name := containerdName(spec.Name)
+	name := c.runtimeName(spec.Name)
 	pid, err := c.start(name, c.nsenter(spec.Name, c.bin("containerd"), "--config", n.ContainerdConfig()),
 		[]string{"PATH=" + c.cfg.BinDir + ":" + os.Getenv("PATH")})
 	if err != nil {
@@ -272,11 +278,6 @@ func (c *Cluster) startNodeRuntime(ctx context.Context, spec NodeSpec) error {
 	return c.importImages(ctx, spec.Name)
 }
 
-// hostSocket is the node's containerd socket as the host sees it.
-func (c *Cluster) hostSocket(node string) string {
-	return filepath.Join(c.Node(node).HostPath("/run/containerd"), filepath.Base(ContainerdSocket))
-}
-
 func dialUnix(path string) error {
 	conn, err := net.DialTimeout("unix", path, time.Second)
 	if err != nil {
@@ -286,16 +287,15 @@ func dialUnix(path string) error {
 }
 
 // importImages imports every OCI tarball of the images dir (make images)
-// into the node's containerd, in the CRI's namespace.
+// into the node's runtime.
 func (c *Cluster) importImages(ctx context.Context, node string) error {
 	tars, _ := filepath.Glob(filepath.Join(c.cfg.ImagesDir, "*.tar"))
 	if len(tars) == 0 {
 		return fmt.Errorf("no images in %s: run `make images`", c.cfg.ImagesDir)
 	}
 	for _, tar := range tars {
-		if _, err := run(ctx, c.bin("ctr"), "--address", c.hostSocket(node), "-n", "k8s.io",
-			"images", "import", tar); err != nil {
-			return fmt.Errorf("node %s: import %s: %w", node, filepath.Base(tar), err)
+		if err := c.importImage(ctx, node, tar); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -327,10 +327,10 @@ func (c *Cluster) startKubelet(spec NodeSpec) error {
 }
 
 // stopNode stops the kubelet, then every process in the node's cgroups
-// (pods, shims, containerd), and removes its mount namespace.
+// (pods, shims or conmons, the runtime), and removes its mount namespace.
 func (c *Cluster) stopNode(ctx context.Context, node string) error {
 	c.stop(kubeletName(node))
-	c.stop(containerdName(node))
+	c.stop(c.runtimeName(node))
 	var errs []error
 	if err := c.killCgroups(node); err != nil {
 		errs = append(errs, err)

@@ -191,11 +191,11 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // AddNode joins one more simulated GPU node to the running cluster: its
-// client certificate, driver root, mount namespace, containerd with the
-// images, CNI bridge and kubelet, with the next free slot. With plugin
+// client certificate, driver root, mount namespace, container runtime with
+// the images, CNI bridge and kubelet, with the next free slot. With plugin
 // flags the node gets a node group of the chart of its own (NodeGroupFor,
 // installed with helm upgrade before the node starts) and the group's
-// label. It returns when the node is Ready, its plugin pod Ready and its
+// label; --runtime=crio (no plugin flag, see nodeFlags) runs CRI-O there. It returns when the node is Ready, its plugin pod Ready and its
 // pool published.
 func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec, pluginFlags ...string) error {
 	if _, err := c.nodeIndex(spec.Name); err == nil {
@@ -205,10 +205,9 @@ func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec, pluginFlags ...str
 		return fmt.Errorf("node %q with profile %q: want a DNS label and a profile", spec.Name, spec.Profile)
 	}
 	spec.Slot = c.freeSlot()
-	for _, f := range pluginFlags {
-		if v, ok := strings.CutPrefix(f, "--layout="); ok {
-			spec.Layout = v
-		}
+	spec, pluginFlags, err := nodeFlags(spec, pluginFlags)
+	if err != nil {
+		return err
 	}
 	if len(pluginFlags) > 0 {
 		g, err := NodeGroupFor(spec.Name, pluginFlags)
@@ -254,7 +253,7 @@ func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec, pluginFlags ...str
 	if err != nil {
 		return err
 	}
-	if err := c.waitFor(ctx, "node "+spec.Name+" Ready", []string{kubeletName(spec.Name), containerdName(spec.Name)}, func(ctx context.Context) error {
+	if err := c.waitFor(ctx, "node "+spec.Name+" Ready", []string{kubeletName(spec.Name), c.runtimeName(spec.Name)}, func(ctx context.Context) error {
 		return nodeReady(ctx, cs, spec.Name)
 	}); err != nil {
 		return err
@@ -269,6 +268,29 @@ func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec, pluginFlags ...str
 	}
 	c.logf("node %s (%s) added in slot %d, plugin flags %v", spec.Name, spec.Profile, spec.Slot, pluginFlags)
 	return nil
+}
+
+// nodeFlags takes the node's own settings out of add-node's flags:
+// --layout=L sets the node's driver installation and stays a plugin flag
+// (NodeGroupFor turns it into the group's nvidiaDriverRoot); --runtime=R
+// sets the node's container runtime and is no plugin flag (the plugin runs
+// the same on every runtime).
+func nodeFlags(spec NodeSpec, flags []string) (NodeSpec, []string, error) {
+	var plugin []string
+	for _, f := range flags {
+		if v, ok := strings.CutPrefix(f, "--runtime="); ok {
+			if _, err := nodeRuntime(v); err != nil {
+				return spec, nil, fmt.Errorf("node %s: %w", spec.Name, err)
+			}
+			spec.Runtime = v
+			continue
+		}
+		if v, ok := strings.CutPrefix(f, "--layout="); ok {
+			spec.Layout = v
+		}
+		plugin = append(plugin, f)
+	}
+	return spec, plugin, nil
 }
 
 func (c *Cluster) freeSlot() int {

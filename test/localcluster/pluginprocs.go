@@ -14,16 +14,15 @@ import (
 )
 
 // ImportImage imports an OCI image tarball (e.g. the fault suite's
-// gpudra-failpoints.tar) into every node's containerd, as `up` does with
+// gpudra-failpoints.tar) into every node's runtime, as `up` does with
 // the tarballs of the images dir.
 func (c *Cluster) ImportImage(ctx context.Context, tar string) error {
 	if _, err := os.Stat(tar); err != nil {
 		return fmt.Errorf("image tarball: %w", err)
 	}
 	for _, n := range c.cfg.Nodes {
-		if _, err := run(ctx, c.bin("ctr"), "--address", c.hostSocket(n.Name), "-n", "k8s.io",
-			"images", "import", tar); err != nil {
-			return fmt.Errorf("node %s: import %s: %w", n.Name, filepath.Base(tar), err)
+		if err := c.importImage(ctx, n.Name, tar); err != nil {
+			return err
 		}
 	}
 	c.logf("imported %s into every node", filepath.Base(tar))

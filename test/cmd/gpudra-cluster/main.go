@@ -1,5 +1,6 @@
 // Command gpudra-cluster runs the local cluster of test/localcluster: a real
-// control plane, per simulated GPU node a containerd and a kubelet, and the
+// control plane, per simulated GPU node a container runtime (containerd, or
+// CRI-O for a node added with --runtime=crio) and a kubelet, and the
 // driver installed with its Helm chart.
 //
 //	gpudra-cluster up [--nodes "gpu-h100=dgx-h100 gpu-mixed=mixed"]
@@ -8,7 +9,7 @@
 //	gpudra-cluster restart-plugin NODE           # delete the node's plugin pod, wait for the new one
 //	gpudra-cluster stop-plugin NODE              # label the node gpudra.io/kubelet-plugin=false, wait until its plugin pod is gone
 //	gpudra-cluster start-plugin NODE             # remove that label, wait for a Ready plugin pod
-//	gpudra-cluster add-node NAME=PROFILE [PLUGIN-FLAG...]  # join one more node; with flags, a chart node group of its own
+//	gpudra-cluster add-node NAME=PROFILE [--runtime=crio] [PLUGIN-FLAG...]  # join one more node; with plugin flags, a chart node group of its own
 //	gpudra-cluster remove-node NODE              # stop it, delete the Node and its ResourceSlices, drop its node group
 //	gpudra-cluster stop-controller | start-controller      # scale the controller Deployment to 0 / back
 //	gpudra-cluster inject-fault NODE GPU FAULT... | clear-faults NODE
@@ -16,7 +17,7 @@
 //	gpudra-cluster host-path NODE PATH           # where a path of the node's file system is on the host
 //	gpudra-cluster plugin-metrics-url NODE | controller-metrics-url
 //	gpudra-cluster stop-apiserver | start-apiserver  # an API server outage (the fault suite)
-//	gpudra-cluster import-image TAR                  # into every node's containerd
+//	gpudra-cluster import-image TAR                  # into every node's runtime
 //	gpudra-cluster plugin-pids NODE                  # host PIDs of the node's plugin processes
 package main
 
