@@ -3,8 +3,8 @@ package sharing
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -146,20 +146,33 @@ func PlanMPS(devs []Device) (*MPSDaemon, error) {
 }
 
 // pinnedLimit is the device's limit in bytes (0: none): its per-device
-// entry, else the default, else the share's memory on a share.
+// entry (by ordinal or UUID), else the default, else the share's memory on a
+// share.
 func pinnedLimit(dev Device, cfg *v1alpha1.MpsConfig) (int64, error) {
 	ordinal := slices.Index(dev.RequestUUIDs, dev.UUID)
-	for key := range cfg.PerDevicePinnedMemoryLimits {
-		n, err := v1alpha1.ParseDeviceOrdinal(key)
-		if err != nil || n >= len(dev.RequestUUIDs) {
+	var limit int64
+	entry := ""
+	for _, key := range slices.Sorted(maps.Keys(cfg.PerDevicePinnedMemoryLimits)) {
+		n, uuid, err := v1alpha1.ParseDeviceKey(key)
+		switch {
+		case err == nil && uuid != "" && !slices.Contains(dev.RequestUUIDs, uuid):
+			return 0, fmt.Errorf("%w: perDevicePinnedMemoryLimits names device %q, which is not one of the request's devices (%s); "+
+				"use one of their UUIDs or an ordinal", ErrUnenforceable, key, strings.Join(dev.RequestUUIDs, ", "))
+		case err != nil || uuid == "" && n >= len(dev.RequestUUIDs):
 			return 0, fmt.Errorf("%w: perDevicePinnedMemoryLimits names device %q, but the request has %d GPU(s) (ordinals 0 to %d)",
 				ErrUnenforceable, key, len(dev.RequestUUIDs), len(dev.RequestUUIDs)-1)
 		}
+		if uuid != dev.UUID && (uuid != "" || n != ordinal) {
+			continue
+		}
+		if entry != "" {
+			return 0, fmt.Errorf("%w: perDevicePinnedMemoryLimits: both %q and %q name device %s; keep one",
+				ErrUnenforceable, entry, key, dev.UUID)
+		}
+		q := cfg.PerDevicePinnedMemoryLimits[key]
+		entry, limit = key, q.Value()
 	}
-	var limit int64
-	if q, ok := cfg.PerDevicePinnedMemoryLimits[strconv.Itoa(ordinal)]; ok {
-		limit = q.Value()
-	} else if cfg.DefaultPinnedDeviceMemoryLimit != nil {
+	if entry == "" && cfg.DefaultPinnedDeviceMemoryLimit != nil {
 		limit = cfg.DefaultPinnedDeviceMemoryLimit.Value()
 	}
 	if !dev.Share || dev.ShareMemory == 0 {
