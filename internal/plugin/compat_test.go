@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -22,7 +23,8 @@ func TestCompatibilityNVIDIA(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "gpu.nvidia.com", ins.ResourceSlices[0].Spec.Driver)
 	for _, d := range ins.ResourceSlices[0].Spec.Devices {
-		require.NotNil(t, d.Attributes["pcieBusID"].StringValue, d.Name)
+		require.NotContains(t, d.Attributes, resourceapi.QualifiedName("pcieBusID"), d.Name)
+		require.NotNil(t, d.Attributes["resource.kubernetes.io/pciBusID"].StringValue, d.Name)
 	}
 
 	o = testOptions(t)
