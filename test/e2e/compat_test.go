@@ -138,6 +138,11 @@ func TestNVIDIACompatibility(t *testing.T) {
 		waitTimeSlice(t, node, a[0].uuid, "0")
 	})
 
+	t.Run("attributes", compatAttributes)
+	t.Run("MPS settings as NVIDIA validates them", func(t *testing.T) { compatMPSSettings(t, ns) })
+	t.Run("health taints are NVIDIA's", compatTaints)
+	t.Run("NVIDIA's leftover CDI specs are removed", compatLeftoverCDISpec)
+
 	t.Run("unsupported configuration is named", func(t *testing.T) {
 		out, err := kubectlApply(t, ns, `apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
@@ -155,6 +160,9 @@ spec:
 			t.Errorf("a VfioDeviceConfig claim: err %v, output %s; want the webhook to refuse it by name", err, out)
 		}
 	})
+
+	// Last: it reinstalls the chart with another taint schema.
+	t.Run("gpudra's taints as an opt-in", compatGpudraTaints)
 }
 
 // removeOtherDriversClasses does what docs/nvidia-compatibility.md tells an
