@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +22,9 @@ import (
 // The behaviours of the NVIDIA compatibility mode that follow NVIDIA's driver
 // at 9593204 (docs/nvidia-compatibility.md); each runs inside
 // TestNVIDIACompatibility, with the chart in that mode.
+
+// nvidiaMIGName is the form of NVIDIA's MIG device names.
+var nvidiaMIGName = regexp.MustCompile(`^gpu-\d+-mig-[a-z0-9-]+-\d+-\d+$`)
 
 // freeWholeGPU returns a whole GPU of the compatibility mode's slices.
 func freeWholeGPU(t *testing.T) device {

@@ -95,6 +95,12 @@ func TestNVIDIACompatibility(t *testing.T) {
 			!strings.Contains(results[1].Device, "-mig-2g20gb-") {
 			t.Errorf("allocation %s, %s: want a 1g.10gb and a 2g.20gb on one GPU", results[0].Device, results[1].Device)
 		}
+		// NVIDIA's MIG device names carry the GPU instance profile ID.
+		for _, r := range results {
+			if !nvidiaMIGName.MatchString(r.Device) {
+				t.Errorf("MIG device %s is not named gpu-<minor>-mig-<profile>-<profileID>-<start>", r.Device)
+			}
+		}
 		seen := containerGPUs(t, ns, "mig", "ctr")
 		if len(seen) != 2 || !strings.HasPrefix(seen[0].UUID, "MIG-") || !strings.HasPrefix(seen[1].UUID, "MIG-") {
 			t.Errorf("the container sees %v, want two MIG devices", seen)
