@@ -171,7 +171,7 @@ func TestDecodeInvalid(t *testing.T) {
 			want: `invalid GpuClaimParameters: [sharing.mps.defaultActiveThreadPercentage: Invalid value: 0: must be between 1 and 100 ` +
 				`(percent of the GPU's multiprocessors per client), sharing.mps.defaultPinnedDeviceMemoryLimit: Invalid value: "1Ki": ` +
 				`must be at least 1Mi (MPS limits are whole MiB), sharing.mps.perDevicePinnedMemoryLimits[01]: Invalid value: "01": ` +
-				`must be a CUDA device ordinal between 0 and 127, as the container sees its GPUs]`,
+				`must be a CUDA device ordinal between 0 and 127, as the container sees its GPUs, or the UUID of one of the request's devices (GPU-… or MIG-…)]`,
 			fields: []string{"sharing.mps.defaultActiveThreadPercentage", "sharing.mps.defaultPinnedDeviceMemoryLimit",
 				"sharing.mps.perDevicePinnedMemoryLimits[01]"},
 		},

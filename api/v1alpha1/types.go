@@ -83,7 +83,8 @@ type MpsConfig struct {
 	DefaultPinnedDeviceMemoryLimit *resource.Quantity `json:"defaultPinnedDeviceMemoryLimit,omitempty"`
 	// PerDevicePinnedMemoryLimits overrides the default limit per GPU. Keys
 	// are CUDA device ordinals as the container sees them ("0" is the first
-	// GPU allocated for the request).
+	// GPU allocated for the request) or a device's UUID (GPU-… or MIG-…),
+	// which must be one of the request's devices when the claim is prepared.
 	PerDevicePinnedMemoryLimits map[string]resource.Quantity `json:"perDevicePinnedMemoryLimits,omitempty"`
 }
 

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -33,7 +34,7 @@ func validateMPS(c *MpsConfig, path *field.Path) field.ErrorList {
 	}
 	perDevice := path.Child("perDevicePinnedMemoryLimits")
 	for k, q := range c.PerDevicePinnedMemoryLimits {
-		if _, err := ParseDeviceOrdinal(k); err != nil {
+		if _, _, err := ParseDeviceKey(k); err != nil {
 			errs = append(errs, field.Invalid(perDevice.Key(k), k, err.Error()))
 			continue
 		}
@@ -54,6 +55,26 @@ func ValidatePinnedMemoryLimit(q resource.Quantity, path *field.Path) field.Erro
 			resource.NewQuantity(MaxPinnedMemoryLimit, resource.BinarySI)))}
 	}
 	return nil
+}
+
+// deviceUUID matches a device's UUID as NVML reports it: GPU-<uuid> for a
+// GPU, MIG-<uuid> (or the older MIG-GPU-<uuid>/<gi>/<ci>) for a MIG device.
+var deviceUUID = regexp.MustCompile(`^(GPU|MIG)-[0-9A-Za-z/-]{1,100}$`)
+
+// ParseDeviceKey parses a key of perDevicePinnedMemoryLimits: a CUDA device
+// ordinal (returned as ordinal, uuid "") or a device's UUID (returned as
+// uuid). Whether the UUID is one of the request's devices is known only
+// when the claim is prepared.
+func ParseDeviceKey(key string) (ordinal int, uuid string, err error) {
+	if deviceUUID.MatchString(key) {
+		return 0, key, nil
+	}
+	n, err := ParseDeviceOrdinal(key)
+	if err != nil {
+		return 0, "", fmt.Errorf("must be a CUDA device ordinal between 0 and %d, as the container sees its GPUs, "+
+			"or the UUID of one of the request's devices (GPU-… or MIG-…)", MaxMPSDeviceOrdinal)
+	}
+	return n, "", nil
 }
 
 // ParseDeviceOrdinal parses a key of perDevicePinnedMemoryLimits: a CUDA

@@ -59,10 +59,17 @@ func TestValidate(t *testing.T) {
 				`sharing.mps.defaultActiveThreadPercentage: Invalid value: 101: must be between 1 and 100 (percent of the GPU's multiprocessors per client)`}},
 		},
 		{
-			name: "MPS per-device key is not an ordinal",
+			name: "MPS per-device keys may be device UUIDs",
 			in: sharing(GpuSharing{Strategy: MPSStrategy, MPS: &MpsConfig{
-				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{"GPU-1": resource.MustParse("1Gi")}}}),
-			want: []wantErr{{field.ErrorTypeInvalid, "sharing.mps.perDevicePinnedMemoryLimits[GPU-1]", ""}},
+				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{
+					"GPU-2f8d0a45-0e43-4b3a-9f52-1d3e5c7a9b10": resource.MustParse("1Gi"),
+					"MIG-5c1e7f3a-9d2b-4e6f-8a0c-3b7d9e1f2a4c": resource.MustParse("1Gi")}}}),
+		},
+		{
+			name: "MPS per-device key is neither an ordinal nor a UUID",
+			in: sharing(GpuSharing{Strategy: MPSStrategy, MPS: &MpsConfig{
+				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{"gpu1": resource.MustParse("1Gi")}}}),
+			want: []wantErr{{field.ErrorTypeInvalid, "sharing.mps.perDevicePinnedMemoryLimits[gpu1]", ""}},
 		},
 		{
 			name: "MPS per-device limit below 1Mi",

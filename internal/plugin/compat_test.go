@@ -2,9 +2,11 @@ package plugin
 
 import (
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -22,7 +24,32 @@ func TestCompatibilityNVIDIA(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "gpu.nvidia.com", ins.ResourceSlices[0].Spec.Driver)
 	for _, d := range ins.ResourceSlices[0].Spec.Devices {
-		require.NotNil(t, d.Attributes["pcieBusID"].StringValue, d.Name)
+		require.NotContains(t, d.Attributes, resourceapi.QualifiedName("pcieBusID"), d.Name)
+		require.NotNil(t, d.Attributes["resource.kubernetes.io/pciBusID"].StringValue, d.Name)
+	}
+
+	// MIG devices carry NVIDIA's names, with the GPU instance profile ID.
+	for _, tc := range []struct {
+		compatibility string
+		name          *regexp.Regexp
+	}{
+		{"nvidia", regexp.MustCompile(`^gpu-\d+-mig-[a-z0-9-]+-\d+-\d+$`)},
+		{"", regexp.MustCompile(`^gpu-\d+-mig-[a-z0-9]+-\d+$`)},
+	} {
+		o = testOptions(t)
+		o.Compatibility, o.MIG = tc.compatibility, "dynamic"
+		ins, err = Inspect(ctx, o)
+		require.NoError(t, err)
+		migs := 0
+		for _, s := range ins.ResourceSlices {
+			for _, d := range s.Spec.Devices {
+				if p := d.Attributes["profile"].StringValue; p != nil {
+					migs++
+					require.Regexp(t, tc.name, d.Name, "profile %s", *p)
+				}
+			}
+		}
+		require.Positive(t, migs, "compatibility %q", tc.compatibility)
 	}
 
 	o = testOptions(t)

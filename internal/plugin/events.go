@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/health"
 	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/prepare"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
 // Event reasons.
@@ -44,8 +44,8 @@ type eventSink struct {
 	recorder events.EventRecorder
 	// prepared says which claims hold a device.
 	prepared *prepare.Prepared
-	// lostKey is the lost taint's key as published (compat.Names.TaintKey).
-	lostKey string
+	// names select how the lost taint is published (publishedTaints).
+	names compat.Names
 }
 
 func newEventSink(ctx context.Context, client kubernetes.Interface, o *Options, prepared *prepare.Prepared) *eventSink {
@@ -54,7 +54,7 @@ func newEventSink(ctx context.Context, client kubernetes.Interface, o *Options, 
 		klog.FromContext(ctx).Error(err, "Events are not recorded")
 		return nil
 	}
-	return &eventSink{client: client, prepared: prepared, lostKey: o.names.TaintKey(health.KeyLost),
+	return &eventSink{client: client, prepared: prepared, names: o.names,
 		recorder: b.NewRecorder(scheme.Scheme, o.DriverName+"/kubelet-plugin")}
 }
 
@@ -167,8 +167,16 @@ func (e *eventSink) unavailableGPUs(nodeName string, gpus []model.UnavailableGPU
 	for _, u := range gpus {
 		note := fmt.Sprintf("GPU at NVML index %d does not answer NVML (%s); ", u.Index, u.Error)
 		if u.PublishedAs != "" {
-			note += fmt.Sprintf("published as %s (%s) from its last known identity with taint %s=%s:NoExecute until it answers again",
-				u.PublishedAs, u.UUID, cmp.Or(e.lostKey, health.KeyLost), u.Reason)
+			t := resourceapi.DeviceTaint{Key: health.KeyLost, Value: u.Reason, Effect: resourceapi.DeviceTaintEffectNoExecute}
+			if e.names.Driver != "" {
+				t = publishedTaints(e.names, []resourceapi.DeviceTaint{t})[0]
+			}
+			taint := t.Key
+			if t.Value != "" {
+				taint += "=" + t.Value
+			}
+			note += fmt.Sprintf("published as %s (%s) from its last known identity with taint %s:%s until it answers again",
+				u.PublishedAs, u.UUID, taint, t.Effect)
 		} else {
 			note += "not published: " + u.Withheld
 		}

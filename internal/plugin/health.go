@@ -17,7 +17,10 @@ import (
 
 // HealthOptions configure GPU health monitoring.
 type HealthOptions struct {
-	Enabled       bool
+	Enabled bool
+	// Taints is --health-taints, the schema of the published taints
+	// (compat.TaintsNVIDIA or compat.TaintsGpudra; empty for the mode's).
+	Taints        string
 	IgnoredXIDs   string
 	ProbeInterval time.Duration
 	DegradedHold  time.Duration
@@ -29,6 +32,10 @@ func (o *Options) addHealthFlags(fs *pflag.FlagSet) {
 		"Watch the GPUs' health through NVML: taint unhealthy devices in the ResourceSlice and report device health to the kubelet.")
 	fs.StringVar(&h.IgnoredXIDs, "health-ignored-xids", health.FormatXIDs(health.DefaultIgnoredXIDs),
 		"Comma-separated XIDs that are caused by applications and leave the GPU healthy.")
+	fs.StringVar(&h.Taints, "health-taints", "",
+		"Taint schema in --compatibility=nvidia: nvidia (the default: NVIDIA's keys gpu.nvidia.com/xid and gpu.nvidia.com/gpu-lost, "+
+			"always NoSchedule, so its users' tolerations match) or gpudra (gpudra's xid, ecc, lost and recovery-action taints in the "+
+			"gpu.nvidia.com domain, NoExecute for errors that leave the GPU unusable, which evicts the pods using it). Natively only gpudra.")
 	fs.DurationVar(&h.ProbeInterval, "health-probe-interval", 5*time.Second, "How often every GPU is probed (answers, recovery action, ECC counters).")
 	fs.DurationVar(&h.DegradedHold, "health-degraded-hold", 10*time.Minute,
 		"How long a degraded (NoSchedule) condition without a pending recovery action lasts.")

@@ -13,6 +13,7 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/mig"
 	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
 // GPUNode is an opened NVML backend and what was discovered through it.
@@ -50,6 +51,13 @@ func openNode(ctx context.Context, o *Options, inv *inventory.Store) (*GPUNode, 
 	}
 	mig.Apply(node, mode)
 	mig.RestrictProfiles(ctx, node, o.MIGProfiles)
+	if o.names.Mode == compat.NVIDIA {
+		// MIG devices are named as NVIDIA's driver names them, with the
+		// GPU instance profile ID.
+		for i := range node.GPUs {
+			node.GPUs[i].MIGNaming = model.NVIDIAMIGNames
+		}
+	}
 	klog.FromContext(ctx).Info("Discovered GPUs", "mig", mode, "count", len(node.GPUs), "unavailable", len(node.Unavailable),
 		"driverVersion", node.DriverVersion, "cudaDriverVersion", node.CUDADriverVersion, "driverRoot", roots.Driver, "hostDriverRoot", roots.HostDriver)
 	return &GPUNode{Lib: lib, Node: node}, nil

@@ -139,7 +139,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // resolveNames resolves --compatibility and --driver-name into the names
 // the plugin publishes and reads, and DriverName into the resolved name.
 func (o *Options) resolveNames() error {
-	names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility, Driver: o.DriverName})
+	names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility, Driver: o.DriverName, HealthTaints: o.Health.Taints})
 	if err != nil {
 		return err
 	}

@@ -28,8 +28,9 @@ type publisher struct {
 	base    resourceslice.DriverResources
 	// taints returns the current health; nil publishes the base as is.
 	taints func() health.Snapshot
-	// names: the health taints are published in the driver's domain
-	// (compat.Names.TaintKey); the zero value keeps internal/plugin/health's keys.
+	// names: the health taints are published in the driver's domain and
+	// the schema of names.HealthTaints (publishedTaints); the zero value
+	// keeps internal/plugin/health's keys.
 	names compat.Names
 }
 
@@ -82,12 +83,13 @@ func (p *publisher) publishLocked(ctx context.Context) error {
 	return p.helper.PublishResources(ctx, publishedTaintKeys(p.names, p.desiredLocked()))
 }
 
-// publishedTaintKeys moves the taint keys of res into the driver's domain.
-// Natively (gpu.gpudra.io) res is returned as it is. The devices of res are
-// copied before they change, since they may be the base's; res's slice
-// lists must be its own (desiredLocked's are).
+// publishedTaintKeys puts the health taints of res into the driver's
+// domain and the schema its names select (publishedTaints). Natively
+// (gpu.gpudra.io) res is returned as it is. The devices of res are copied
+// before they change, since they may be the base's; res's slice lists must
+// be its own (desiredLocked's are).
 func publishedTaintKeys(n compat.Names, res resourceslice.DriverResources) resourceslice.DriverResources {
-	if n.Driver == "" || n.TaintKey(health.KeyLost) == health.KeyLost {
+	if n.Driver == "" || n.TaintKey(health.KeyLost) == health.KeyLost && n.HealthTaints != compat.TaintsNVIDIA {
 		return res
 	}
 	for _, pool := range res.Pools {
@@ -97,14 +99,8 @@ func publishedTaintKeys(n compat.Names, res resourceslice.DriverResources) resou
 			}
 			devices := slices.Clone(s.Devices)
 			for i := range devices {
-				d := &devices[i]
-				taints := make([]resourceapi.DeviceTaint, len(d.Taints))
-				for j, t := range d.Taints {
-					t.Key = n.TaintKey(t.Key)
-					taints[j] = t
-				}
-				if len(taints) > 0 {
-					d.Taints = taints
+				if len(devices[i].Taints) > 0 {
+					devices[i].Taints = publishedTaints(n, devices[i].Taints)
 				}
 			}
 			pool.Slices[k].Devices = devices

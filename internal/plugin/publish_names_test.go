@@ -22,14 +22,15 @@ func TestPublishedTaintKeys(t *testing.T) {
 		}}}}
 	}
 	for _, tc := range []struct {
-		driver string
-		want   []string
+		driver, taints string
+		want           []string
 	}{
-		{"gpu.gpudra.io", []string{"gpu.gpudra.io/lost", "example.com/maintenance"}},
-		{"gpu.nvidia.com", []string{"gpu.nvidia.com/lost", "example.com/maintenance"}},
+		{"gpu.gpudra.io", "", []string{"gpu.gpudra.io/lost", "example.com/maintenance"}},
+		{"gpu.nvidia.com", "", []string{"gpu.nvidia.com/gpu-lost", "example.com/maintenance"}},
+		{"gpu.nvidia.com", "gpudra", []string{"gpu.nvidia.com/lost", "example.com/maintenance"}},
 	} {
 		b := base()
-		p := &publisher{base: b, names: compat.MustResolve(compat.Flags{Driver: tc.driver})}
+		p := &publisher{base: b, names: compat.MustResolve(compat.Flags{Driver: tc.driver, HealthTaints: tc.taints})}
 		got := publishedTaintKeys(p.names, p.desiredLocked())
 		taints := got.Pools["node-a"].Slices[0].Devices[1].Taints
 		if len(taints) != len(tc.want) {

@@ -95,6 +95,12 @@ func TestNVIDIACompatibility(t *testing.T) {
 			!strings.Contains(results[1].Device, "-mig-2g20gb-") {
 			t.Errorf("allocation %s, %s: want a 1g.10gb and a 2g.20gb on one GPU", results[0].Device, results[1].Device)
 		}
+		// NVIDIA's MIG device names carry the GPU instance profile ID.
+		for _, r := range results {
+			if !nvidiaMIGName.MatchString(r.Device) {
+				t.Errorf("MIG device %s is not named gpu-<minor>-mig-<profile>-<profileID>-<start>", r.Device)
+			}
+		}
 		seen := containerGPUs(t, ns, "mig", "ctr")
 		if len(seen) != 2 || !strings.HasPrefix(seen[0].UUID, "MIG-") || !strings.HasPrefix(seen[1].UUID, "MIG-") {
 			t.Errorf("the container sees %v, want two MIG devices", seen)
@@ -138,6 +144,11 @@ func TestNVIDIACompatibility(t *testing.T) {
 		waitTimeSlice(t, node, a[0].uuid, "0")
 	})
 
+	t.Run("attributes", compatAttributes)
+	t.Run("MPS settings as NVIDIA validates them", func(t *testing.T) { compatMPSSettings(t, ns) })
+	t.Run("health taints are NVIDIA's", compatTaints)
+	t.Run("NVIDIA's leftover CDI specs are removed", compatLeftoverCDISpec)
+
 	t.Run("unsupported configuration is named", func(t *testing.T) {
 		out, err := kubectlApply(t, ns, `apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
@@ -155,6 +166,9 @@ spec:
 			t.Errorf("a VfioDeviceConfig claim: err %v, output %s; want the webhook to refuse it by name", err, out)
 		}
 	})
+
+	// Last: it reinstalls the chart with another taint schema.
+	t.Run("gpudra's taints as an opt-in", compatGpudraTaints)
 }
 
 // removeOtherDriversClasses does what docs/nvidia-compatibility.md tells an

@@ -101,7 +101,7 @@ func describeGPU(s *Section, g *model.GPU) {
 		for j := range g.MIGDevices {
 			d := &g.MIGDevices[j]
 			s.info("    %s: %s, GI %d CI %d, memory slices %d+%d, %s, %s",
-				model.MIGDeviceName(g, d.Profile, d.Start), d.Profile, d.GIID, d.CIID, d.Start, d.Size, gib(d.MemoryBytes), d.UUID)
+				model.MIGDeviceName(g, d.Profile, d.ProfileID, d.Start), d.Profile, d.GIID, d.CIID, d.Start, d.Size, gib(d.MemoryBytes), d.UUID)
 		}
 	default:
 		s.info("  %s: MIG-capable, MIG mode disabled; published whole", g.DeviceName())

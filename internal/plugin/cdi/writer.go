@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,7 +33,11 @@ const (
 	// Kind is the CDI kind, "<vendor>/<class>".
 	Kind = Vendor + "/" + Class
 
-	specExt = ".json"
+	// specExt is the format of the specs gpudra writes. NVIDIA's driver
+	// writes the same names as YAML (leftoverExt): the compatibility mode
+	// lists and removes those too, so that a migration leaves none behind.
+	specExt     = ".json"
+	leftoverExt = ".yaml"
 )
 
 // ClaimDevice is one allocated device of a claim, as the spec describes it.
@@ -217,6 +222,11 @@ func (w *Writer) WriteClaim(claimUID string, devices []ClaimDevice) (map[string]
 	if err != nil {
 		return nil, err
 	}
+	// A spec of the same claim from NVIDIA's driver would define the same
+	// device names a second time.
+	if err := w.cache.RemoveSpec(specName(w.vendor, claimUID) + leftoverExt); err != nil {
+		return nil, fmt.Errorf("remove the YAML CDI spec another driver left for claim %s in %s: %w", claimUID, w.dir, err)
+	}
 	if err := w.cache.WriteSpec(spec, specName(w.vendor, claimUID)+specExt); err != nil {
 		return nil, fmt.Errorf("write CDI spec for claim %s to %s: %w", claimUID, w.dir, err)
 	}
@@ -227,13 +237,16 @@ func (w *Writer) WriteClaim(claimUID string, devices []ClaimDevice) (map[string]
 	return ids, nil
 }
 
-// RemoveClaim deletes a claim's spec; a missing spec is not an error.
+// RemoveClaim deletes a claim's spec, and a YAML one of the same name
+// another driver left; a missing spec is not an error.
 func (w *Writer) RemoveClaim(claimUID string) error {
 	if err := model.ValidateUID(claimUID); err != nil {
 		return err
 	}
-	if err := w.cache.RemoveSpec(specName(w.vendor, claimUID) + specExt); err != nil {
-		return fmt.Errorf("remove CDI spec of claim %s: %w", claimUID, err)
+	for _, ext := range []string{specExt, leftoverExt} {
+		if err := w.cache.RemoveSpec(specName(w.vendor, claimUID) + ext); err != nil {
+			return fmt.Errorf("remove CDI spec of claim %s: %w", claimUID, err)
+		}
 	}
 	return nil
 }
@@ -251,8 +264,10 @@ func (w *Writer) HasClaim(claimUID string) (bool, error) {
 	}
 }
 
-// ListClaims returns the UIDs of all claims that have a spec of ours in the
-// directory, sorted. Used at start-up to find specs left behind by a crash.
+// ListClaims returns the UIDs of all claims that have a spec of our name in
+// the directory (JSON, or YAML as NVIDIA's driver writes them), sorted, each
+// once. Used at start-up to find specs left behind by a crash or by the
+// driver gpudra replaced.
 func (w *Writer) ListClaims() ([]string, error) {
 	entries, err := os.ReadDir(w.dir)
 	if err != nil {
@@ -262,14 +277,15 @@ func (w *Writer) ListClaims() ([]string, error) {
 	var uids []string
 	for _, e := range entries {
 		name := e.Name()
-		if e.IsDir() || !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, specExt) {
+		ext := filepath.Ext(name)
+		if e.IsDir() || !strings.HasPrefix(name, prefix) || ext != specExt && ext != leftoverExt {
 			continue
 		}
-		uid := strings.TrimSuffix(strings.TrimPrefix(name, prefix), specExt)
+		uid := strings.TrimSuffix(strings.TrimPrefix(name, prefix), ext)
 		if model.ValidateUID(uid) == nil {
 			uids = append(uids, uid)
 		}
 	}
 	sort.Strings(uids)
-	return uids, nil
+	return slices.Compact(uids), nil
 }

@@ -4,8 +4,9 @@
 // It follows the DRA rules for the allocation's combined configuration list:
 // a configuration without requests applies to every request, one that names
 // a request also applies to that request's subrequests ("req" matches
-// "req/sub"), and one that names a subrequest applies to that subrequest
-// only. Configurations from the DeviceClass are applied before those from the
+// "req/sub", as the resource.k8s.io API defines it for prioritized lists, in
+// the NVIDIA mode too, where NVIDIA's driver matches names exactly), and one
+// that names a subrequest applies to that subrequest only. Configurations from the DeviceClass are applied before those from the
 // claim, so the claim's win, and within one source a later entry wins over an
 // earlier one. Only opaque configurations for this driver are considered.
 package claimconfig
@@ -90,13 +91,17 @@ func Resolve(claim *resourceapi.ResourceClaim, names compat.Names, poolName stri
 		// The last applicable configuration wins.
 		for j := len(configs) - 1; j >= 0; j-- {
 			c := configs[j]
-			if !appliesTo(c.requests, result.Request) {
+			applies, named := appliesTo(c.requests, result.Request)
+			if !applies {
 				continue
 			}
 			if c.forKind != compat.AnyDevice && c.forKind != kindOf(result.Device) {
-				if len(c.requests) == 0 {
+				if !named {
 					// NVIDIA's rule: a configuration for all requests
-					// skips devices of the other kind.
+					// skips devices of the other kind. So does one for
+					// a main request on a subrequest's device: the
+					// claim cannot know which subrequest of a
+					// prioritized list is allocated.
 					continue
 				}
 				return nil, fmt.Errorf("ResourceClaim %s: a %s (%s) cannot be applied to device %s of request %q, which is a %s device; "+
@@ -183,21 +188,24 @@ func kindConfig(k compat.DeviceKind) string {
 
 // appliesTo reports whether a configuration for the given requests applies
 // to the device allocated for request, which is "<request>" or
-// "<request>/<subrequest>".
-func appliesTo(requests []string, request string) bool {
+// "<request>/<subrequest>", and whether it names that request itself (not
+// only its main request, nor all requests).
+func appliesTo(requests []string, request string) (applies, named bool) {
 	if len(requests) == 0 {
-		return true
+		return true, false
 	}
 	for _, r := range requests {
 		if r == request {
-			return true
-		}
-		// A main request also covers all of its subrequests.
-		if !strings.Contains(r, "/") && strings.HasPrefix(request, r+"/") {
-			return true
+			return true, true
 		}
 	}
-	return false
+	for _, r := range requests {
+		// A main request also covers all of its subrequests.
+		if !strings.Contains(r, "/") && strings.HasPrefix(request, r+"/") {
+			return true, false
+		}
+	}
+	return false, false
 }
 
 func claimName(claim *resourceapi.ResourceClaim) string {

@@ -63,6 +63,26 @@ func TestResolveNVIDIAKinds(t *testing.T) {
 			results: []resourceapi.DeviceRequestAllocationResult{nv("a", "gpu-1")},
 			configs: []resourceapi.DeviceAllocationConfiguration{nvClaimConfig(nvMPS, "a")},
 			errHas:  "use GpuConfig"},
+		// NVIDIA's driver (at 9593204) matches request names exactly, so a
+		// config naming "gpu" misses a "gpu/large" result there and the GPU
+		// gets the default; the resource.k8s.io API says a main request
+		// covers its subrequests, which gpudra follows in both modes.
+		{name: "a GpuConfig naming a main request applies to its subrequests (prioritized list)",
+			results: []resourceapi.DeviceRequestAllocationResult{nv("gpu/large", "gpu-1")},
+			configs: []resourceapi.DeviceAllocationConfiguration{nvClaimConfig(nvSliced, "gpu")},
+			want:    []*v1alpha1.GpuClaimParameters{sliced(v1alpha1.LongTimeSlice)}},
+		{name: "a MigDeviceConfig naming a subrequest applies to it only",
+			results: []resourceapi.DeviceRequestAllocationResult{nv("mig/small", migDev), nv("other/small", "gpu-0-mig-1g10gb-1")},
+			configs: []resourceapi.DeviceAllocationConfiguration{nvClaimConfig(nvMPS, "mig/small")},
+			want:    []*v1alpha1.GpuClaimParameters{mps, def}},
+		{name: "a GpuConfig naming a main request skips a MIG device of its subrequest (either may be allocated)",
+			results: []resourceapi.DeviceRequestAllocationResult{nv("gpu/mig", migDev)},
+			configs: []resourceapi.DeviceAllocationConfiguration{nvClaimConfig(nvMPS, "gpu"), nvClaimConfig(nvSliced, "gpu")},
+			want:    []*v1alpha1.GpuClaimParameters{mps}},
+		{name: "a GpuConfig naming a MIG subrequest fails",
+			results: []resourceapi.DeviceRequestAllocationResult{nv("gpu/mig", migDev)},
+			configs: []resourceapi.DeviceAllocationConfiguration{nvClaimConfig(nvSliced, "gpu/mig")},
+			errHas:  `a GpuConfig (request "gpu/mig") cannot be applied to device gpu-0-mig-1g10gb-0 of request "gpu/mig"`},
 		{name: "unsupported kinds are named",
 			results: []resourceapi.DeviceRequestAllocationResult{nv("a", "gpu-1")},
 			configs: []resourceapi.DeviceAllocationConfiguration{nvClaimConfig(`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"VfioDeviceConfig"}`)},

@@ -163,7 +163,7 @@ func TestDevicesOfStaticLayout(t *testing.T) {
 	require.NoError(t, err)
 	var names []string
 	for _, d := range devs {
-		names = append(names, model.MIGDeviceName(&model.GPU{}, d.Profile, d.Start))
+		names = append(names, model.MIGDeviceName(&model.GPU{}, d.Profile, d.ProfileID, d.Start))
 	}
 	require.ElementsMatch(t, []string{"gpu-0-mig-3g40gb-4", "gpu-0-mig-2g20gb-2", "gpu-0-mig-1g10gb-0", "gpu-0-mig-1g10gb-1"}, names)
 }
@@ -271,7 +271,7 @@ func TestProfileNames(t *testing.T) {
 				require.False(t, names[p.Name], "profile name %s twice", p.Name)
 				names[p.Name] = true
 				for _, start := range p.Placements {
-					d := model.MIGDeviceName(&model.GPU{}, p.Name, start)
+					d := model.MIGDeviceName(&model.GPU{}, p.Name, p.ID, start)
 					require.False(t, devices[d], "device name %s twice", d)
 					devices[d] = true
 				}

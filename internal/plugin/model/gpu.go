@@ -57,6 +57,8 @@ type GPU struct {
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
 	// Partitioning is how the plugin publishes the GPU (see internal/plugin/mig.Apply).
 	Partitioning Partitioning `json:"partitioning,omitempty"`
+	// MIGNaming is how its MIG devices are named (MIGDeviceName).
+	MIGNaming MIGNaming `json:"migNaming,omitempty"`
 	// MIGModeFixed: the GPU's MIG mode changes only with a GPU reset
 	// (Ampere), so a dynamically partitioned one publishes its placements
 	// but not itself, and its MIG mode is never switched.

@@ -82,14 +82,34 @@ type MIGDevice struct {
 	MIGEngines
 }
 
-// MIGDeviceName is the ResourceSlice name of the MIG device of profile at
-// placement start on gpu: "gpu-0-mig-1g10gb-3". The name is stable (it does
-// not depend on instance IDs) and a DNS label: characters other than
-// letters and digits are dropped from the profile ("1g.10gb+me" → "1g10gbme",
-// "1g.23gb+me.all" → "1g23gbmeall"), except that the "-" of a profile
-// without media extensions becomes "no" ("1g.23gb-me" → "1g23gbnome"), so
-// that it differs from the "+me" profile of the same size.
-func MIGDeviceName(gpu *GPU, profile string, start int) string {
+// MIGNaming selects the names of a GPU's MIG devices.
+type MIGNaming string
+
+const (
+	// GpudraMIGNames: gpu-<minor>-mig-<profile>-<start>.
+	GpudraMIGNames MIGNaming = ""
+	// NVIDIAMIGNames: NVIDIA's DRA driver's names (the compatibility mode),
+	// gpu-<minor>-mig-<profile>-<profileID>-<start> with the GPU instance
+	// profile ID, e.g. "gpu-0-mig-1g10gb-19-3"; its profile part is the
+	// profile without dots, lower case, any other character than a-z, 0-9
+	// and "-" replaced by "-" and leading and trailing "-" trimmed
+	// ("1g.10gb+me" → "1g10gb-me").
+	NVIDIAMIGNames MIGNaming = "nvidia"
+)
+
+// MIGDeviceName is the ResourceSlice name of the MIG device of profile
+// (GPU instance profile profileID) at placement start on gpu:
+// "gpu-0-mig-1g10gb-3", or NVIDIA's name when gpu.MIGNaming says so. The
+// name is stable (it does not depend on instance IDs) and a DNS label:
+// characters other than letters and digits are dropped from the profile
+// ("1g.10gb+me" → "1g10gbme", "1g.23gb+me.all" → "1g23gbmeall"), except
+// that the "-" of a profile without media extensions becomes "no"
+// ("1g.23gb-me" → "1g23gbnome"), so that it differs from the "+me" profile
+// of the same size.
+func MIGDeviceName(gpu *GPU, profile string, profileID uint32, start int) string {
+	if gpu.MIGNaming == NVIDIAMIGNames {
+		return fmt.Sprintf("%s-mig-%s-%d-%d", gpu.DeviceName(), nvidiaProfilePart(profile), profileID, start)
+	}
 	var b strings.Builder
 	for _, c := range strings.ToLower(profile) {
 		switch {
@@ -100,6 +120,19 @@ func MIGDeviceName(gpu *GPU, profile string, start int) string {
 		}
 	}
 	return fmt.Sprintf("%s-mig-%s-%d", gpu.DeviceName(), b.String(), start)
+}
+
+// nvidiaProfilePart is the profile part of NVIDIAMIGNames.
+func nvidiaProfilePart(profile string) string {
+	var b strings.Builder
+	for _, c := range strings.ToLower(strings.ReplaceAll(profile, ".", "")) {
+		if (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' {
+			b.WriteRune(c)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	return strings.Trim(b.String(), "-")
 }
 
 // IsMIGDeviceName reports whether a published device name is one of

@@ -58,12 +58,12 @@ func indexMIG(node *model.Node) map[string]migTarget {
 		case model.StaticMIG:
 			for j := range g.MIGDevices {
 				d := &g.MIGDevices[j]
-				out[model.MIGDeviceName(g, d.Profile, d.Start)] = migTarget{gpu: g, static: d}
+				out[model.MIGDeviceName(g, d.Profile, d.ProfileID, d.Start)] = migTarget{gpu: g, static: d}
 			}
 		case model.DynamicMIG:
 			for _, p := range g.MIG.Profiles {
 				for _, s := range p.Placements {
-					out[model.MIGDeviceName(g, p.Name, s)] = migTarget{gpu: g, profile: p, start: s}
+					out[model.MIGDeviceName(g, p.Name, p.ID, s)] = migTarget{gpu: g, profile: p, start: s}
 				}
 			}
 		}

@@ -3,9 +3,9 @@ package sharing
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -151,18 +151,33 @@ func PlanMPS(devs []Device) (*MPSDaemon, error) {
 }
 
 // pinnedLimit is the device's limit in bytes (0: none): its per-device
-// entry, else the default, else the share's memory on a share.
+// entry (by ordinal or UUID), else the default, else the share's memory on a
+// share.
 func pinnedLimit(dev Device, cfg *v1alpha1.MpsConfig) (int64, error) {
 	ordinal := slices.Index(dev.RequestUUIDs, dev.UUID)
-	for key := range cfg.PerDevicePinnedMemoryLimits {
-		n, err := v1alpha1.ParseDeviceOrdinal(key)
-		if err != nil || n >= len(dev.RequestUUIDs) {
+	entry := ""
+	for _, key := range slices.Sorted(maps.Keys(cfg.PerDevicePinnedMemoryLimits)) {
+		n, uuid, err := v1alpha1.ParseDeviceKey(key)
+		switch {
+		case err == nil && uuid != "" && !slices.Contains(dev.RequestUUIDs, uuid):
+			return 0, fmt.Errorf("%w: perDevicePinnedMemoryLimits names device %q, which is not one of the request's devices (%s); "+
+				"use one of their UUIDs or an ordinal", ErrUnenforceable, key, strings.Join(dev.RequestUUIDs, ", "))
+		case err != nil || uuid == "" && n >= len(dev.RequestUUIDs):
 			return 0, fmt.Errorf("%w: perDevicePinnedMemoryLimits names device %q, but the request has %d GPU(s) (ordinals 0 to %d)",
 				ErrUnenforceable, key, len(dev.RequestUUIDs), len(dev.RequestUUIDs)-1)
 		}
+		if uuid != dev.UUID && (uuid != "" || n != ordinal) {
+			continue
+		}
+		if entry != "" {
+			return 0, fmt.Errorf("%w: perDevicePinnedMemoryLimits: both %q and %q name device %s; keep one",
+				ErrUnenforceable, entry, key, dev.UUID)
+		}
+		entry = key
 	}
 	var q *resource.Quantity
-	if perDevice, ok := cfg.PerDevicePinnedMemoryLimits[strconv.Itoa(ordinal)]; ok {
+	if entry != "" {
+		perDevice := cfg.PerDevicePinnedMemoryLimits[entry]
 		q = &perDevice
 	} else if cfg.DefaultPinnedDeviceMemoryLimit != nil {
 		q = cfg.DefaultPinnedDeviceMemoryLimit

@@ -107,6 +107,18 @@ func TestPlanMPS(t *testing.T) {
 		{name: "per-device ordinal beyond the request", devs: []Device{{UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{
 			PerDevicePinnedMemoryLimits: map[string]resource.Quantity{"2": *gi(1)}}), RequestUUIDs: both}},
 			wantErr: `names device "2", but the request has 2 GPU(s) (ordinals 0 to 1)`},
+		{name: "per-device limit by UUID", devs: []Device{
+			{UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{DefaultPinnedDeviceMemoryLimit: gi(8),
+				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{gpuB: *gi(2)}}), RequestUUIDs: both},
+			{UUID: gpuB, Config: mpsParams(v1alpha1.MpsConfig{DefaultPinnedDeviceMemoryLimit: gi(8),
+				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{gpuB: *gi(2)}}), RequestUUIDs: both},
+		}, wantDevs: both, wantLimits: []int64{8 << 30, 2 << 30}},
+		{name: "per-device UUID not allocated to the request", devs: []Device{{UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{
+			PerDevicePinnedMemoryLimits: map[string]resource.Quantity{gpuB: *gi(1)}}), RequestUUIDs: []string{gpuA}}},
+			wantErr: `names device "` + gpuB + `", which is not one of the request's devices (` + gpuA + `)`},
+		{name: "a device named by ordinal and by UUID", devs: []Device{{UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{
+			PerDevicePinnedMemoryLimits: map[string]resource.Quantity{gpuA: *gi(1), "0": *gi(2)}}), RequestUUIDs: both}},
+			wantErr: `both "0" and "` + gpuA + `" name device ` + gpuA},
 		{name: "differing thread percentages in one claim", devs: []Device{
 			{Name: "gpu-0", UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{DefaultActiveThreadPercentage: ptr.To[int32](30)}), RequestUUIDs: []string{gpuA}},
 			{Name: "gpu-1", UUID: gpuB, Config: mpsParams(v1alpha1.MpsConfig{DefaultActiveThreadPercentage: ptr.To[int32](60)}), RequestUUIDs: []string{gpuB}},

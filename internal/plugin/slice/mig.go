@@ -92,7 +92,7 @@ func migDevices(node *model.Node, gpu *model.GPU) ([]resourceapi.Device, error) 
 	switch gpu.Partitioning {
 	case model.StaticMIG:
 		for _, m := range gpu.MIGDevices {
-			d, err := migDevice(node, gpu, m.Profile, m.Start, m.MemoryBytes, m.MIGEngines)
+			d, err := migDevice(node, gpu, m.Profile, m.ProfileID, m.Start, m.MemoryBytes, m.MIGEngines)
 			if err != nil {
 				return nil, err
 			}
@@ -107,7 +107,7 @@ func migDevices(node *model.Node, gpu *model.GPU) ([]resourceapi.Device, error) 
 	case model.DynamicMIG:
 		for _, p := range gpu.PublishedMIGProfiles() {
 			for _, start := range p.Placements {
-				d, err := migDevice(node, gpu, p.Name, start, p.MemoryBytes, p.MIGEngines)
+				d, err := migDevice(node, gpu, p.Name, p.ID, start, p.MemoryBytes, p.MIGEngines)
 				if err != nil {
 					return nil, err
 				}
@@ -126,7 +126,7 @@ func migDevices(node *model.Node, gpu *model.GPU) ([]resourceapi.Device, error) 
 // migDevice builds a MIG device: the parent's attributes (model, versions,
 // PCI and NUMA placement) with type "mig", parentUUID, profile and the
 // MIG capacities.
-func migDevice(node *model.Node, gpu *model.GPU, profile string, start int, memory uint64, e model.MIGEngines) (resourceapi.Device, error) {
+func migDevice(node *model.Node, gpu *model.GPU, profile string, profileID uint32, start int, memory uint64, e model.MIGEngines) (resourceapi.Device, error) {
 	parent, err := gpuDevice(node, gpu)
 	if err != nil {
 		return resourceapi.Device{}, err
@@ -149,7 +149,7 @@ func migDevice(node *model.Node, gpu *model.GPU, profile string, start int, memo
 	} {
 		capacity[name] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(v), resource.DecimalSI)}
 	}
-	name := model.MIGDeviceName(gpu, profile, start)
+	name := model.MIGDeviceName(gpu, profile, profileID, start)
 	if n := len(attrs) + len(capacity) + 1; n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
 		return resourceapi.Device{}, fmt.Errorf("MIG device %s has %d attributes and capacities, the API allows %d",
 			name, n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)

@@ -94,7 +94,7 @@ func migByName(node *model.Node, name string) (*model.GPU, model.MIGProfile, int
 		}
 		for _, p := range g.MIG.Profiles {
 			for _, s := range p.Placements {
-				if model.MIGDeviceName(g, p.Name, s) == name {
+				if model.MIGDeviceName(g, p.Name, p.ID, s) == name {
 					return g, p, s, true
 				}
 			}

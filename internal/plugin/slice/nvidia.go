@@ -6,17 +6,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/gpudra/gpudra/internal/plugin/model"
-)
-
-// Names NVIDIA's DRA driver publishes beyond gpudra's own ones (see
-// WithNVIDIAAttributes).
-const (
-	// AttrPCIeBusID is NVIDIA's own PCI bus ID attribute (a string); gpudra
-	// publishes the standard resource.kubernetes.io/pciBusID as well.
-	AttrPCIeBusID resourceapi.QualifiedName = "pcieBusID"
 )
 
 // MemorySliceCapacity names the capacity NVIDIA's driver publishes for each
@@ -30,16 +21,14 @@ func MemorySliceCapacity(i int) resourceapi.QualifiedName {
 // compatibility mode. gpudra's names already are NVIDIA's (type, uuid,
 // productName, brand, architecture, cudaComputeCapability, driverVersion,
 // cudaDriverVersion as versions, parentUUID, profile, memory and the MIG
-// engine capacities); on top of them every device gets pcieBusID and every
-// MIG device a memorySlice<i> capacity per memory slice of its placement.
+// engine capacities, and the standard resource.kubernetes.io/pciBusID,
+// which replaced NVIDIA's own pcieBusID); on top of them every MIG device
+// gets a memorySlice<i> capacity per memory slice of its placement.
 // MIG devices lose index and minor: they are their parent's numbers, which
 // NVIDIA's driver does not publish for MIG devices.
 func WithNVIDIAAttributes(node *model.Node, devices []resourceapi.Device) error {
 	for i := range devices {
 		d := &devices[i]
-		if bus := d.Attributes[deviceattribute.StandardDeviceAttributePCIBusID].StringValue; bus != nil {
-			d.Attributes[AttrPCIeBusID] = str(*bus)
-		}
 		if t := d.Attributes[AttrType].StringValue; t == nil || *t != DeviceTypeMIG {
 			continue
 		}

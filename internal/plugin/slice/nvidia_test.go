@@ -44,9 +44,11 @@ func TestNVIDIAAttributes(t *testing.T) {
 			migs := 0
 			for _, s := range nvidiaSlices(t, tc.profile, tc.mode) {
 				for _, d := range s.Spec.Devices {
-					bus := d.Attributes[slice.AttrPCIeBusID].StringValue
-					require.NotNil(t, bus, "%s has pcieBusID", d.Name)
-					assert.Equal(t, *d.Attributes["resource.kubernetes.io/pciBusID"].StringValue, *bus)
+					// NVIDIA's driver publishes only the standard PCI bus ID
+					// attribute (its pcieBusID is gone at 9593204), MIG devices
+					// their parent's.
+					assert.NotContains(t, d.Attributes, resourceapi.QualifiedName("pcieBusID"), "%s has no pcieBusID", d.Name)
+					assert.NotNil(t, d.Attributes["resource.kubernetes.io/pciBusID"].StringValue, "%s has the standard pciBusID", d.Name)
 					assert.NotNil(t, d.Attributes[slice.AttrCUDAComputeCapability].VersionValue, "cudaComputeCapability is a version")
 					assert.NotNil(t, d.Attributes[slice.AttrDriverVersion].VersionValue, "driverVersion is a version")
 					assert.NotNil(t, d.Attributes[slice.AttrCUDADriverVersion].VersionValue, "cudaDriverVersion is a version")
@@ -111,7 +113,7 @@ func TestNVIDIAClaimsAllocate(t *testing.T) {
 	gpu.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
 		DeviceClassName: "gpu.nvidia.com", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
 		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.attributes['gpu.nvidia.com'].pcieBusID == '0000:43:00.0' && ` +
+			Expression: `device.attributes['resource.kubernetes.io'].pciBusID == '0000:43:00.0' && ` +
 				`device.attributes['gpu.nvidia.com'].cudaComputeCapability.compareTo(semver('9.0.0')) >= 0`}}}}}}
 
 	slices := nvidiaSlices(t, "testdata/static-mig.yaml", mig.ModeStatic)

@@ -225,7 +225,7 @@ func DevicesOf(node *model.Node) []Device {
 			continue
 		}
 		for _, m := range g.MIGDevices {
-			out = append(out, Device{Name: model.MIGDeviceName(g, m.Profile, m.Start), UUID: m.UUID, MIGProfile: m.Profile})
+			out = append(out, Device{Name: model.MIGDeviceName(g, m.Profile, m.ProfileID, m.Start), UUID: m.UUID, MIGProfile: m.Profile})
 		}
 	}
 	return out

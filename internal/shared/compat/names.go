@@ -46,7 +46,32 @@ type Flags struct {
 	// DriverFlag is how that flag is spelt in error messages; empty for
 	// "--driver-name".
 	DriverFlag string
+	// HealthTaints is the kubelet plugin's --health-taints: empty for the
+	// mode's schema, TaintsNVIDIA or TaintsGpudra.
+	HealthTaints string
 }
+
+// The schemas of the health taints (Names.HealthTaints).
+const (
+	// TaintsNVIDIA publishes NVIDIA's keys and effects, so that tolerations
+	// written for NVIDIA's driver match: <driver>/xid=<XID> and
+	// <driver>/gpu-lost, both NoSchedule (NVIDIATaintXID, NVIDIATaintGPULost).
+	// The default of the NVIDIA mode; not available natively.
+	TaintsNVIDIA = "nvidia"
+	// TaintsGpudra publishes gpudra's conditions (xid, ecc, lost,
+	// recovery-action) in the driver's domain, NoExecute for errors that
+	// leave the GPU unusable, so running work is evicted. The native schema;
+	// an opt-in in the NVIDIA mode.
+	TaintsGpudra = "gpudra"
+)
+
+// NVIDIA's health taint keys, as its kubelet plugin (device_health.go)
+// publishes them. Its third key, <driver>/unmonitored (effect None, for a
+// GPU it cannot watch), has no counterpart: gpudra probes such a GPU.
+const (
+	NVIDIATaintXID     = NVIDIADriverName + "/xid"
+	NVIDIATaintGPULost = NVIDIADriverName + "/gpu-lost"
+)
 
 // Names are the names one driver instance publishes and reads.
 type Names struct {
@@ -59,6 +84,9 @@ type Names struct {
 	GPUClass, MIGClass string
 	// CDIVendor is the vendor of the per-claim CDI specs.
 	CDIVendor string
+	// HealthTaints is the schema of the published health taints:
+	// TaintsNVIDIA or TaintsGpudra.
+	HealthTaints string
 }
 
 // Resolve returns the names that the flags select. It is the only way from
@@ -94,12 +122,25 @@ func Resolve(f Flags) (Names, error) {
 		}
 		driver = NVIDIADriverName
 	}
+	taints := strings.ToLower(strings.TrimSpace(f.HealthTaints))
 	if driver == NVIDIADriverName {
+		switch taints {
+		case "":
+			taints = TaintsNVIDIA
+		case TaintsNVIDIA, TaintsGpudra:
+		default:
+			return Names{}, fmt.Errorf("--health-taints=%q is not supported: use %q (NVIDIA's taint keys and effects, the default) "+
+				"or %q (gpudra's, which evict running work from a GPU that became unusable)", f.HealthTaints, TaintsNVIDIA, TaintsGpudra)
+		}
 		return Names{Mode: NVIDIA, Driver: driver, GPUClass: "gpu.nvidia.com", MIGClass: "mig.nvidia.com",
-			CDIVendor: "k8s." + driver}, nil
+			CDIVendor: "k8s." + driver, HealthTaints: taints}, nil
+	}
+	if taints != "" && taints != TaintsGpudra {
+		return Names{}, fmt.Errorf("--health-taints=%q needs --compatibility=%s: natively the taints are gpudra's (%q); drop --health-taints",
+			f.HealthTaints, NVIDIA, TaintsGpudra)
 	}
 	return Names{Mode: Native, Driver: driver, GPUClass: "gpu.gpudra.io", MIGClass: "mig.gpudra.io",
-		CDIVendor: "k8s." + driver}, nil
+		CDIVendor: "k8s." + driver, HealthTaints: TaintsGpudra}, nil
 }
 
 // MustResolve is Resolve for flags written in the code (defaults, tests);

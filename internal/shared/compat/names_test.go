@@ -8,10 +8,12 @@ import (
 func TestResolve(t *testing.T) {
 	native := func(driver string) Names {
 		return Names{Mode: Native, Driver: driver, GPUClass: "gpu.gpudra.io", MIGClass: "mig.gpudra.io",
-			CDIVendor: "k8s." + driver}
+			CDIVendor: "k8s." + driver, HealthTaints: TaintsGpudra}
 	}
 	nvidia := Names{Mode: NVIDIA, Driver: "gpu.nvidia.com", GPUClass: "gpu.nvidia.com", MIGClass: "mig.nvidia.com",
-		CDIVendor: "k8s.gpu.nvidia.com"}
+		CDIVendor: "k8s.gpu.nvidia.com", HealthTaints: TaintsNVIDIA}
+	nvidiaGpudraTaints := nvidia
+	nvidiaGpudraTaints.HealthTaints = TaintsGpudra
 	tests := []struct {
 		name    string
 		flags   Flags
@@ -30,6 +32,13 @@ func TestResolve(t *testing.T) {
 			wantErr: `--driver-name="gpu.example.com" cannot be used with --compatibility=nvidia, which serves gpu.nvidia.com: drop --driver-name`},
 		{name: "the CLI's flag name", flags: Flags{Compatibility: "nvidia", Driver: "gpu.example.com", DriverFlag: "--driver"},
 			wantErr: `--driver="gpu.example.com" cannot be used with --compatibility=nvidia, which serves gpu.nvidia.com: drop --driver`},
+		{name: "nvidia with gpudra's taints", flags: Flags{Compatibility: "nvidia", HealthTaints: "gpudra"}, want: nvidiaGpudraTaints},
+		{name: "nvidia with its own taints spelt out", flags: Flags{Compatibility: "nvidia", HealthTaints: " NVIDIA"}, want: nvidia},
+		{name: "native with gpudra's taints spelt out", flags: Flags{HealthTaints: "gpudra"}, want: native("gpu.gpudra.io")},
+		{name: "NVIDIA's taints need the NVIDIA mode", flags: Flags{HealthTaints: "nvidia"},
+			wantErr: `--health-taints="nvidia" needs --compatibility=nvidia: natively the taints are gpudra's ("gpudra"); drop --health-taints`},
+		{name: "unknown taint schema", flags: Flags{Compatibility: "nvidia", HealthTaints: "amd"},
+			wantErr: `--health-taints="amd" is not supported: use "nvidia"`},
 		{name: "unknown mode", flags: Flags{Compatibility: "amd"},
 			wantErr: `--compatibility="amd" is not supported: use "nvidia" (NVIDIA's DRA driver names and API) or leave it empty`},
 	}

@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -71,6 +72,7 @@ type nvMps struct {
 	DefaultActiveThreadPercentage     *int                         `json:"defaultActiveThreadPercentage,omitempty"`
 	DefaultPinnedDeviceMemoryLimit    *resource.Quantity           `json:"defaultPinnedDeviceMemoryLimit,omitempty"`
 	DefaultPerDevicePinnedMemoryLimit map[string]resource.Quantity `json:"defaultPerDevicePinnedMemoryLimit,omitempty"`
+	MultiUser                         *bool                        `json:"multiUser,omitempty"`
 }
 
 // DeviceKind restricts which allocated devices a configuration applies to.
@@ -212,8 +214,6 @@ func strict(data []byte, into any) error {
 	return nil
 }
 
-var uuidKey = regexp.MustCompile(`^(GPU|MIG)-`)
-
 // convert maps NVIDIA's sharing settings onto GpuClaimParameters: no sharing
 // is exclusive use (NVIDIA's default with its TimeSlicingSettings gate off),
 // TimeSlicing without an interval is the Default interval, MPS without
@@ -270,6 +270,10 @@ func (s *nvGpuSharing) sharing(path *field.Path) (*v1alpha1.GpuSharing, field.Er
 	return out, errs
 }
 
+// convert reads NVIDIA's MPS settings as NVIDIA validates them (its
+// MpsConfig.Validate and MpsPerDevicePinnedMemoryLimit.Normalize), but at
+// admission instead of at prepare where a key can be checked without the
+// allocation.
 func (m *nvMps) convert(path *field.Path) (*v1alpha1.MpsConfig, field.ErrorList) {
 	out := &v1alpha1.MpsConfig{}
 	if m == nil {
@@ -277,40 +281,64 @@ func (m *nvMps) convert(path *field.Path) (*v1alpha1.MpsConfig, field.ErrorList)
 	}
 	var errs field.ErrorList
 	if p := m.DefaultActiveThreadPercentage; p != nil {
-		if *p < 1 || *p > 100 {
-			errs = append(errs, field.Invalid(path.Child("defaultActiveThreadPercentage"), *p,
-				"must be between 1 and 100 (gpudra does not accept 0: MPS clients could not run)"))
-		} else {
+		switch {
+		case *p < 0 || *p > 100:
+			errs = append(errs, field.Invalid(path.Child("defaultActiveThreadPercentage"), *p, "must be between 0 and 100"))
+		case *p > 0:
 			v := int32(*p)
 			out.DefaultActiveThreadPercentage = &v
 		}
+		// 0 passes NVIDIA's validation; its daemon then sends the value to
+		// nvidia-cuda-mps-control, which refuses it and keeps its default
+		// (all threads). gpudra leaves the default directly.
+	}
+	if u := m.MultiUser; u != nil && *u {
+		errs = append(errs, field.Invalid(path.Child("multiUser"), true,
+			"gpudra's MPS control daemon serves one user at a time (a client of another user waits until the first user's "+
+				"clients are done); run the claim's containers with the same user ID and remove multiUser, or set it to false"))
 	}
 	if q := m.DefaultPinnedDeviceMemoryLimit; q != nil {
 		errs = append(errs, v1alpha1.ValidatePinnedMemoryLimit(*q, path.Child("defaultPinnedDeviceMemoryLimit"))...)
 		c := q.DeepCopy()
 		out.DefaultPinnedDeviceMemoryLimit = &c
 	}
-	perDevice := path.Child("defaultPerDevicePinnedMemoryLimit")
-	for k, q := range m.DefaultPerDevicePinnedMemoryLimit {
-		if uuidKey.MatchString(k) {
-			errs = append(errs, field.Invalid(perDevice.Key(k), k,
-				"gpudra does not accept GPU UUIDs here: use the GPU's index among the claim's GPUs (\"0\" is the first)"))
-			continue
+	limits, limitErrs := perDeviceLimits(m.DefaultPerDevicePinnedMemoryLimit, path.Child("defaultPerDevicePinnedMemoryLimit"))
+	out.PerDevicePinnedMemoryLimits = limits
+	return out, append(errs, limitErrs...)
+}
+
+// perDeviceLimits converts NVIDIA's per-device limits: a key is a device's
+// UUID, else an integer (as strconv.Atoi reads it, so "01" and "+1" are 1)
+// indexing the devices the daemon serves.
+func perDeviceLimits(in map[string]resource.Quantity, path *field.Path) (map[string]resource.Quantity, field.ErrorList) {
+	var errs field.ErrorList
+	var out map[string]resource.Quantity
+	from := map[string]string{}
+	for _, k := range slices.Sorted(maps.Keys(in)) {
+		q := in[k]
+		key := k
+		if _, uuid, err := v1alpha1.ParseDeviceKey(k); err != nil || uuid == "" {
+			n, err := strconv.Atoi(k)
+			if err != nil || n < 0 || n > maxPinnedDeviceIndex {
+				errs = append(errs, field.Invalid(path.Key(k), k,
+					fmt.Sprintf("must be the UUID of one of the claim's devices (GPU-… or MIG-…) or a device index, 0 to %d", maxPinnedDeviceIndex)))
+				continue
+			}
+			key = strconv.Itoa(n)
 		}
-		n, err := strconv.Atoi(k)
-		if err != nil || n < 0 || n > maxPinnedDeviceIndex || strconv.Itoa(n) != k {
-			errs = append(errs, field.Invalid(perDevice.Key(k), k,
-				fmt.Sprintf("must be the index of a GPU among the claim's GPUs, 0 to %d", maxPinnedDeviceIndex)))
-			continue
-		}
-		if limitErrs := v1alpha1.ValidatePinnedMemoryLimit(q, perDevice.Key(k)); len(limitErrs) > 0 {
+		if limitErrs := v1alpha1.ValidatePinnedMemoryLimit(q, path.Key(k)); len(limitErrs) > 0 {
 			errs = append(errs, limitErrs...)
 			continue
 		}
-		if out.PerDevicePinnedMemoryLimits == nil {
-			out.PerDevicePinnedMemoryLimits = map[string]resource.Quantity{}
+		if prev, ok := from[key]; ok {
+			errs = append(errs, field.Duplicate(path.Key(k), fmt.Sprintf("%q and %q both name device index %s; keep one", prev, k, key)))
+			continue
 		}
-		out.PerDevicePinnedMemoryLimits[k] = q.DeepCopy()
+		from[key] = k
+		if out == nil {
+			out = map[string]resource.Quantity{}
+		}
+		out[key] = q.DeepCopy()
 	}
 	return out, errs
 }

@@ -71,6 +71,27 @@ func TestDecodeNVIDIA(t *testing.T) {
 			kind: MigDeviceConfigKind, forKind: MIGDevice,
 			want: params(&v1alpha1.GpuSharing{Strategy: v1alpha1.MPSStrategy,
 				MPS: &v1alpha1.MpsConfig{DefaultActiveThreadPercentage: ptr.To[int32](25)}})},
+		{name: "per-device limits by UUID and by index, as NVIDIA's Normalize reads them",
+			raw: `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{
+			       "defaultPerDevicePinnedMemoryLimit":{"GPU-2f8d0a45-0e43-4b3a-9f52-1d3e5c7a9b10":"1Gi","+1":"2Gi","02":"3Gi"}}}}`,
+			kind: GpuConfigKind, forKind: WholeGPU,
+			want: params(&v1alpha1.GpuSharing{Strategy: v1alpha1.MPSStrategy, MPS: &v1alpha1.MpsConfig{
+				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{
+					"GPU-2f8d0a45-0e43-4b3a-9f52-1d3e5c7a9b10": q("1Gi"), "1": q("2Gi"), "2": q("3Gi")}}})},
+		{name: "MigDeviceConfig per-device limit by MIG UUID",
+			raw: `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"MigDeviceConfig","sharing":{"strategy":"MPS","mpsConfig":{
+			       "defaultPerDevicePinnedMemoryLimit":{"MIG-5c1e7f3a-9d2b-4e6f-8a0c-3b7d9e1f2a4c":"1Gi"}}}}`,
+			kind: MigDeviceConfigKind, forKind: MIGDevice,
+			want: params(&v1alpha1.GpuSharing{Strategy: v1alpha1.MPSStrategy, MPS: &v1alpha1.MpsConfig{
+				PerDevicePinnedMemoryLimits: map[string]resource.Quantity{"MIG-5c1e7f3a-9d2b-4e6f-8a0c-3b7d9e1f2a4c": q("1Gi")}}})},
+		{name: "thread percentage 0 is accepted and leaves MPS's default",
+			raw:  `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":0}}}`,
+			kind: GpuConfigKind, forKind: WholeGPU,
+			want: params(&v1alpha1.GpuSharing{Strategy: v1alpha1.MPSStrategy, MPS: &v1alpha1.MpsConfig{}})},
+		{name: "multiUser false is accepted",
+			raw:  `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"multiUser":false}}}`,
+			kind: GpuConfigKind, forKind: WholeGPU,
+			want: params(&v1alpha1.GpuSharing{Strategy: v1alpha1.MPSStrategy, MPS: &v1alpha1.MpsConfig{}})},
 		{name: "gpudra's own parameters are accepted too",
 			raw:  `{"apiVersion":"resource.gpudra.io/v1alpha1","kind":"GpuClaimParameters","sharing":{"strategy":"Exclusive"}}`,
 			kind: v1alpha1.Kind, forKind: AnyDevice, want: params(nil)},
@@ -105,9 +126,15 @@ func TestDecodeNVIDIA(t *testing.T) {
 		{name: "time-slicing settings with MPS",
 			raw:    `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","timeSlicingConfig":{}}}`,
 			errHas: []string{"sharing.timeSlicingConfig", "strategy TimeSlicing"}},
-		{name: "thread percentage out of range",
+		{name: "thread percentage above 100",
 			raw:    `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":101}}}`,
-			errHas: []string{"sharing.mpsConfig.defaultActiveThreadPercentage", "between 1 and 100"}},
+			errHas: []string{"sharing.mpsConfig.defaultActiveThreadPercentage", "between 0 and 100"}},
+		{name: "negative thread percentage",
+			raw:    `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":-1}}}`,
+			errHas: []string{"sharing.mpsConfig.defaultActiveThreadPercentage", "between 0 and 100"}},
+		{name: "multiUser true is refused with what to do",
+			raw:    `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"multiUser":true}}}`,
+			errHas: []string{"sharing.mpsConfig.multiUser", "same user ID", "remove multiUser"}},
 		{name: "pinned limit below 1Mi",
 			raw:    `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultPinnedDeviceMemoryLimit":"1Ki"}}}`,
 			errHas: []string{"sharing.mpsConfig.defaultPinnedDeviceMemoryLimit", "1Mi"}},
@@ -118,14 +145,22 @@ func TestDecodeNVIDIA(t *testing.T) {
 			raw: `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{
 			       "defaultPerDevicePinnedMemoryLimit":{"0":"18446744073709551616"}}}}`,
 			errHas: []string{"defaultPerDevicePinnedMemoryLimit[0]", "at most 1Pi"}},
-		{name: "per-device limit by UUID",
+		{name: "per-device key neither an index nor a UUID",
 			raw: `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{
-			       "defaultPerDevicePinnedMemoryLimit":{"GPU-2f8d0a45-0e43-4b3a-9f52-1d3e5c7a9b10":"1Gi"}}}}`,
-			errHas: []string{"defaultPerDevicePinnedMemoryLimit[GPU-2f8d0a45", "index"}},
-		{name: "per-device limit with a bad key",
+			       "defaultPerDevicePinnedMemoryLimit":{"first":"1Gi"}}}}`,
+			errHas: []string{"defaultPerDevicePinnedMemoryLimit[first]", "index", "UUID"}},
+		{name: "negative per-device index",
 			raw: `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{
-			       "defaultPerDevicePinnedMemoryLimit":{"01":"1Gi"}}}}`,
-			errHas: []string{"defaultPerDevicePinnedMemoryLimit[01]"}},
+			       "defaultPerDevicePinnedMemoryLimit":{"-1":"1Gi"}}}}`,
+			errHas: []string{"defaultPerDevicePinnedMemoryLimit[-1]", "index"}},
+		{name: "two keys for the same index",
+			raw: `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{
+			       "defaultPerDevicePinnedMemoryLimit":{"1":"1Gi","01":"2Gi"}}}}`,
+			errHas: []string{"defaultPerDevicePinnedMemoryLimit", "index 1", "keep one"}},
+		{name: "per-device limit below 1Mi",
+			raw: `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{
+			       "defaultPerDevicePinnedMemoryLimit":{"0":"1Ki"}}}}`,
+			errHas: []string{"defaultPerDevicePinnedMemoryLimit[0]", "1Mi"}},
 		{name: "not an object", raw: `[1]`, errHas: []string{"must be an object"}},
 	}
 	for _, tc := range tests {

@@ -93,6 +93,9 @@ spec:
         - --health-monitoring={{ $p.health.enabled }}
         - --health-ignored-xids={{ $p.health.ignoredXIDs }}
         - --health-probe-interval={{ $p.health.probeInterval }}
+        {{- with $p.health.taints }}
+        - --health-taints={{ . }}
+        {{- end }}
         - --telemetry-interval={{ $p.telemetry.interval }}
         - --telemetry-workload-labels={{ ne $p.telemetry.workloadLabels false }}
         {{- with include "gpudra.compatibility" $root }}
