@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -92,45 +91,16 @@ func (o *Options) sharingTools(ctx context.Context) (sharing.TimeSlicer, *sharin
 	return smi, mps, nil
 }
 
-// toolEnv is the environment of the driver's tools when they run from a
-// driver root mounted into the plugin's container: only the root's
-// libnvidia-ml.so.1 preloaded, as NVIDIA starts nvidia-smi. Never the root's
-// library directory on LD_LIBRARY_PATH: it holds the host's own C library,
-// which the image's loader cannot use when the versions differ (Ubuntu or
-// RHEL hosts), so every tool would fail to start. A root of "/" needs
-// nothing: the tools run with the host's own loader setup.
-func toolEnv(driverRoot string) []string {
-	if driverRoot == "/" || driverRoot == "" {
-		return nil
-	}
-	lib, err := nvmllib.FindLibrary(driverRoot)
-	if err != nil {
-		return nil // no NVML: discovery has failed already, with the reason
-	}
-	return []string{"LD_PRELOAD=" + lib}
-}
+// toolEnv is the environment of the driver's tools (nvmllib.ToolEnv).
+func toolEnv(driverRoot string) []string { return nvmllib.ToolEnv(driverRoot) }
 
-// ToolDirs are the directories, relative to the driver root, where the
-// driver's tools are looked up, in order: /usr/bin and /usr/sbin of a host
-// or the GPU Operator's driver container, /bin of GKE's
-// /home/kubernetes/bin/nvidia, /opt/bin and /sbin of other installations.
-var ToolDirs = []string{"usr/bin", "usr/sbin", "bin", "sbin", "opt/bin"}
-
-// tool resolves a helper binary: the flag, else the first of ToolDirs
-// under the driver root (the root as roots() reads it: an empty
-// --nvidia-driver-root is /) that has it, else $PATH. It returns "" if none
-// exists; prepares that need it then fail with a message naming the flag.
+// tool resolves a helper binary: the flag, else the driver root's (the root
+// as roots() reads it: an empty --nvidia-driver-root is /) or $PATH's
+// (nvmllib.FindTool). It returns "" if none exists; prepares that need it
+// then fail with a message naming the flag.
 func (o *Options) tool(flag, name string) string {
 	if flag != "" {
 		return flag
 	}
-	for _, dir := range ToolDirs {
-		if p := filepath.Join(o.roots().Driver, dir, name); nvmllib.Exists(p) {
-			return p
-		}
-	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	return ""
+	return nvmllib.FindTool(o.roots().Driver, name)
 }

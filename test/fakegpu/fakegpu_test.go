@@ -25,7 +25,7 @@ func TestNvidiaSMI(t *testing.T) {
 		{"get", []string{"compute-policy", "-i", uuid, "--get-timeslice"}, 0, "timeslice 2", "2"},
 		{"out of range", []string{"compute-policy", "-i", uuid, "--set-timeslice=4"}, 2, "Invalid timeslice value", "2"},
 		{"unknown GPU", []string{"compute-policy", "-i", "3", "--set-timeslice=1"}, 6, "No devices were found", "2"},
-		{"other subcommand", []string{"-L"}, 2, "only 'compute-policy' and the MIG commands", "2"},
+		{"other subcommand", []string{"-q"}, 2, "only -L, 'compute-policy' and the MIG commands", "2"},
 		{"unknown flag", []string{"compute-policy", "--reset"}, 2, "Invalid combination", "2"},
 		{"back to default", []string{"compute-policy", "-i", uuid, "--set-timeslice=0"}, 0, "Set timeslice to 0", "0"},
 		{"lost", []string{"compute-policy", "-i", uuid, "--set-timeslice=2"}, 15, "GPU is lost", "0"},

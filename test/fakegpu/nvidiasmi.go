@@ -41,13 +41,16 @@ func NvidiaSMI(args []string, stdout, stderr io.Writer) int {
 	if isMIGCommand(args) {
 		return migSMI(args, stdout, stderr)
 	}
+	if len(args) == 1 && (args[0] == "-L" || args[0] == "--list-gpus") {
+		return listGPUs(stdout, stderr)
+	}
 	stateDir, err := StateDir()
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "fake nvidia-smi: %v\n", err)
 		return 2
 	}
 	if len(args) == 0 || args[0] != "compute-policy" {
-		_, _ = fmt.Fprintf(stderr, "fake nvidia-smi: only 'compute-policy' and the MIG commands (-mig, mig -cgi/-dci/-dgi) are simulated, got %q\n", strings.Join(args, " "))
+		_, _ = fmt.Fprintf(stderr, "fake nvidia-smi: only -L, 'compute-policy' and the MIG commands (-mig, mig -cgi/-dci/-dgi) are simulated, got %q\n", strings.Join(args, " "))
 		return 2
 	}
 	var uuid, set string

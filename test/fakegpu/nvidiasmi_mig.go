@@ -138,6 +138,35 @@ func parseIndices(s string) ([]int, error) {
 
 // openSimulatedNode opens the node of this tool's fake driver root with its
 // MIG state file, as the simulated libnvidia-ml does (test/nvmlsim).
+// listGPUs answers `nvidia-smi -L` from the root's simulated node: one line
+// per GPU as the real tool prints it ("GPU 0: NVIDIA L4 (UUID: GPU-...)").
+// The MIG devices the real tool lists under their GPU are left out. A GPU
+// that does not answer fails the command, as with the real tool.
+func listGPUs(stdout, stderr io.Writer) int {
+	srv, err := openSimulatedNode()
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "fake nvidia-smi: %v\n", err)
+		return 9
+	}
+	defer func() { _ = srv.Shutdown() }()
+	n, ret := srv.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		_, _ = fmt.Fprintf(stderr, "Unable to count the GPUs: %v\n", ret)
+		return 9
+	}
+	for i := range n {
+		d, ret := srv.DeviceGetHandleByIndex(i)
+		name, _ := d.GetName()
+		uuid, ret2 := d.GetUUID()
+		if ret != nvml.SUCCESS || ret2 != nvml.SUCCESS {
+			_, _ = fmt.Fprintf(stderr, "Unable to determine the device handle for GPU %d: %v\n", i, ret)
+			return 15
+		}
+		_, _ = fmt.Fprintf(stdout, "GPU %d: %s (UUID: %s)\n", i, name, uuid)
+	}
+	return 0
+}
+
 func openSimulatedNode() (*sim.Server, error) {
 	exe, err := executable()
 	if err != nil {

@@ -46,6 +46,9 @@ func TestFakeDriverRoot(t *testing.T) {
 	require.Zero(t, rep.Fidelity.Corrections)
 	require.Greater(t, rep.Fidelity.RowsChecked, 20)
 	require.Contains(t, text, "nvmlDeviceGetUtilizationRates [all]: NOT_SUPPORTED on GPU 0, differs from the simulator's SUCCESS")
+	// Step 7: the root's nvidia-smi, started with only the root's
+	// libnvidia-ml preloaded, lists the GPUs.
+	require.Contains(t, text, filepath.Join(root, "usr/bin/nvidia-smi")+" -L with [LD_PRELOAD=")
 	// The simulated library keeps the GPUs' MIG state in the root: after the
 	// run it holds exactly the MIG devices discovered at its start.
 	st, err := sim.ReadState(filepath.Join(root, fakedriver.StateFile))

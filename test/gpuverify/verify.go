@@ -140,6 +140,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if k.lib != nil {
 		k.fidelity()
 	}
+	if node != nil {
+		k.tools(ctx, node)
+	}
 	return k.r, nil
 }
 
