@@ -173,7 +173,9 @@ func (o *Options) Validate() error {
 	if o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128 {
 		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)
 	}
-	if o.NUMANodeAttribute != slice.NUMAScalar && o.NUMANodeAttribute != slice.NUMAList {
+	switch o.NUMANodeAttribute {
+	case "", slice.NUMAScalar, slice.NUMAList:
+	default:
 		return fmt.Errorf("--numa-node-attribute=%q: must be %q or %q", o.NUMANodeAttribute, slice.NUMAScalar, slice.NUMAList)
 	}
 	mode, err := mig.ParseMode(o.MIG)

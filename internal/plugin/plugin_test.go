@@ -49,6 +49,12 @@ func TestOptionsValidate(t *testing.T) {
 	o = testOptions(t)
 	o.MaxDevicesPerSlice = 129
 	require.ErrorContains(t, o.Validate(), "between 1 and 128")
+	o = testOptions(t)
+	o.NUMANodeAttribute = "lists"
+	require.ErrorContains(t, o.Validate(), `--numa-node-attribute="lists": must be "scalar" or "list"`)
+	o = testOptions(t)
+	o.NUMANodeAttribute = "list"
+	require.NoError(t, o.Validate())
 }
 
 // The inspect command must print 8 H100s for the dgx-h100 profile.
