@@ -31,6 +31,12 @@ func (k *kit) tools(ctx context.Context, node *model.Node) {
 	if root == "" {
 		root = "/"
 	}
+	// The tools load the driver's libnvidia-ml: only a run on the root's
+	// own library (ForDriverRoot) starts them.
+	if lib, err := nvmllib.FindLibrary(root); err != nil || lib != k.cfg.Library {
+		s.info("Skipped: the kit's NVML (%s) is not the driver root's libnvidia-ml (%s, %v); the tools would load that one", k.cfg.Library, lib, err)
+		return
+	}
 	if p := nvmllib.FindTool(root, "nvidia-cuda-mps-control"); p != "" {
 		s.info("nvidia-cuda-mps-control: %s (not started: it would start an MPS daemon)", p)
 	} else {
