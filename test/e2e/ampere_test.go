@@ -52,7 +52,7 @@ func TestAmpereR535(t *testing.T) {
 		ns := namespace(t)
 		applyYAML(t, ns, strings.ReplaceAll(migTenantPod("on-ampere", "true"), migNode, ampereNode))
 		waitRunning(t, ns, "on-ampere")
-		rec := readRecord(t, ampereNode, podClaimUID(t, ns, "on-ampere"))
+		rec := readRecord(t, ampereNode, string(podClaim(t, ns, "on-ampere").UID))
 		if len(rec.Devices) != 1 || rec.Devices[0].MIG == nil || rec.Devices[0].MIG.Parent != "gpu-0" {
 			t.Fatalf("want a MIG device of gpu-0, record %+v", rec.Devices)
 		}
@@ -96,15 +96,15 @@ func waitSliceNames(t *testing.T, node string, ok func([]string) bool) []string 
 	return names
 }
 
-// podClaimUID is the UID of the pod's first ResourceClaim.
-func podClaimUID(t *testing.T, ns, name string) string {
+// podClaim is the pod's first ResourceClaim.
+func podClaim(t *testing.T, ns, name string) *resourceapi.ResourceClaim {
 	t.Helper()
 	p := pod(t, ns, name)
 	claim, err := client.ResourceV1().ResourceClaims(ns).Get(context.Background(), *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(claim.UID)
+	return claim
 }
 
 // ampereMIGEnabled asks `gpu-kubelet-plugin inspect` on the node's driver

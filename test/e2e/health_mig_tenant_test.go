@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // migTenantPod is a Pod on a dynamic 1g.10gb MIG device of migNode whose
@@ -95,11 +93,7 @@ type migTenant struct {
 // GPU instance ID.
 func tenantDevice(t *testing.T, ns, name string) migTenant {
 	t.Helper()
-	p := pod(t, ns, name)
-	claim, err := client.ResourceV1().ResourceClaims(ns).Get(context.Background(), *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	claim := podClaim(t, ns, name)
 	rec := readRecord(t, migNode, string(claim.UID))
 	if len(rec.Devices) != 1 || rec.Devices[0].MIG == nil {
 		t.Fatalf("claim of %s: want one MIG device, record %+v", name, rec.Devices)

@@ -33,7 +33,8 @@ func (k *kit) tools(ctx context.Context, node *model.Node) {
 	}
 	// The tools load the driver's libnvidia-ml: only a run on the root's
 	// own library (ForDriverRoot) starts them.
-	if lib, err := nvmllib.FindLibrary(root); err != nil || lib != k.cfg.Library {
+	lib, err := nvmllib.FindLibrary(root)
+	if err != nil || lib != k.cfg.Library {
 		s.info("Skipped: the kit's NVML (%s) is not the driver root's libnvidia-ml (%s, %v); the tools would load that one", k.cfg.Library, lib, err)
 		return
 	}
@@ -52,9 +53,7 @@ func (k *kit) tools(ctx context.Context, node *model.Node) {
 	// elsewhere, so the kit preloads as it would.
 	env := nvmllib.ToolEnv(root)
 	if env == nil {
-		if lib, err := nvmllib.FindLibrary(root); err == nil {
-			env = []string{"LD_PRELOAD=" + lib}
-		}
+		env = []string{"LD_PRELOAD=" + lib}
 	}
 	ctx, cancel := context.WithTimeout(ctx, toolTimeout)
 	defer cancel()
