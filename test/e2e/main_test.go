@@ -75,13 +75,9 @@ func upRealCluster() (func(), error) {
 	clusterDir = cfg.Dir
 	kubeconfig = realCluster.AdminKubeconfig()
 	return func() {
-		// Read the cluster's record again: the CLI (the notebooks'
+		// Down reads the cluster's record again: the CLI (the notebooks'
 		// gpudra-cluster add-node) may have added nodes since.
-		c := realCluster
-		if again, err := localcluster.Open(cfg.Dir, os.Stderr); err == nil {
-			c = again
-		}
-		if err := c.Down(ctx); err != nil {
+		if err := realCluster.Down(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "cluster down: %v\n", err)
 		}
 	}, nil

@@ -201,6 +201,9 @@ func nodeReady(ctx context.Context, cs kubernetes.Interface, name string) error 
 // the nodes' mount namespaces, cgroups, bridges and kube-proxy's rules, puts
 // back what the kubelets changed on the host and removes the cluster dir.
 func (c *Cluster) Down(ctx context.Context) error {
+	// Whatever another process added or removed since: a record that
+	// cannot be read leaves the nodes this Cluster knows.
+	_ = c.refresh()
 	var errs []error
 	for i := len(c.cfg.Nodes) - 1; i >= 0; i-- {
 		if err := c.stopNode(ctx, c.cfg.Nodes[i].Name); err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"k8s.io/client-go/kubernetes"
 	"net"
 	"os"
@@ -222,8 +223,30 @@ func Open(dir string, out io.Writer) (*Cluster, error) {
 	return New(cfg, out), nil
 }
 
-// Config is the cluster's configuration.
-func (c *Cluster) Config() Config { return c.cfg }
+// Config is the cluster's configuration, as last recorded (see refresh).
+func (c *Cluster) Config() Config {
+	_ = c.refresh()
+	return c.cfg
+}
+
+// refresh reads the nodes and node groups again from the cluster's record:
+// another process (the gpudra-cluster CLI a notebook runs, while the e2e
+// suite holds its own Cluster) may have added or removed nodes since this
+// Cluster read or wrote it. With a stale list a node added here took the
+// slot, and so the kubelet port, of a node the CLI had added, and a helm
+// upgrade from here dropped that node's group. No record yet (before Up
+// writes it) leaves the configuration as it is.
+func (c *Cluster) refresh() error {
+	rec, err := LoadConfig(c.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.cfg.Nodes, c.cfg.NodeGroups = rec.Nodes, rec.NodeGroups
+	return nil
+}
 
 func (c *Cluster) logf(format string, args ...any) {
 	_, _ = fmt.Fprintf(c.out, "[%6.1fs] %s\n", time.Since(c.start0).Seconds(), fmt.Sprintf(format, args...))

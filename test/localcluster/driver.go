@@ -58,6 +58,9 @@ func (c *Cluster) HelmArgs(extra ...string) []string {
 // --set values, e.g. for a rolling update) and waits until the driver is
 // installed completely: see WaitDriver.
 func (c *Cluster) InstallDriver(ctx context.Context, extra ...string) error {
+	if err := c.refresh(); err != nil {
+		return err
+	}
 	if err := c.writeNodeGroupsValues(); err != nil {
 		return err
 	}
@@ -110,6 +113,9 @@ func firstLine(s string) string {
 // published, the base DeviceClasses exist and the webhook, reached through
 // its Service, rejects an invalid claim.
 func (c *Cluster) WaitDriver(ctx context.Context) error {
+	if err := c.refresh(); err != nil {
+		return err
+	}
 	cs, err := c.Client()
 	if err != nil {
 		return err

@@ -198,6 +198,9 @@ func podReady(p *corev1.Pod) bool {
 // label; --runtime=crio (no plugin flag, see nodeFlags) runs CRI-O there. It returns when the node is Ready, its plugin pod Ready and its
 // pool published.
 func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec, pluginFlags ...string) error {
+	if err := c.refresh(); err != nil {
+		return err
+	}
 	if _, err := c.nodeIndex(spec.Name); err == nil {
 		return fmt.Errorf("node %s exists already: remove-node it first", spec.Name)
 	}
@@ -306,6 +309,9 @@ func (c *Cluster) freeSlot() int {
 // Node object and the node's ResourceSlices, drops its node group (helm
 // upgrade) and removes its directory.
 func (c *Cluster) RemoveNode(ctx context.Context, node string) error {
+	if err := c.refresh(); err != nil {
+		return err
+	}
 	if _, err := c.nodeIndex(node); err != nil {
 		return err
 	}
