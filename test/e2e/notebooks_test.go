@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,9 +47,19 @@ func TestNotebooks(t *testing.T) {
 	update := *updateNotebooks || os.Getenv("NOTEBOOKS_UPDATE") == "1"
 	// 05-cleanup deletes what the notebooks create; this catches what a
 	// failed or skipped notebook left, so later tests find the GPUs free.
+	// A notebook that adds a node (07-sharing) removes it in its last
+	// cell; one that failed before that left it, and later tests would
+	// find an extra GPU node: remove what the notebooks added.
+	before := nodeNames()
 	t.Cleanup(func() {
 		if out, err := kubectl("delete", "namespaces", "-l", notebookLabel, "--wait", "--timeout=150s"); err != nil {
 			t.Errorf("delete the notebooks' namespaces: %v\n%s", err, out)
+		}
+		for _, n := range nodeNames() {
+			if !slices.Contains(before, n) {
+				t.Logf("removing node %s, which a notebook added and left", n)
+				clusterCmd(t, "remove-node", n)
+			}
 		}
 	})
 	for _, path := range paths {
@@ -56,6 +67,15 @@ func TestNotebooks(t *testing.T) {
 			runNotebook(t, path, update)
 		})
 	}
+}
+
+// nodeNames are the local cluster's nodes as it records them.
+func nodeNames() []string {
+	var names []string
+	for _, n := range realCluster.Config().Nodes {
+		names = append(names, n.Name)
+	}
+	return names
 }
 
 func runNotebook(t *testing.T, path string, update bool) {
