@@ -99,7 +99,10 @@ type Config struct {
 
 // ownedEntries are the top-level entries of a root that Generate writes;
 // everything in them except var/lib/gpudra-sim is replaced on every run.
-var ownedEntries = []string{"bin", "dev", "etc", "lib", "lib64", "proc", "sys", "usr", "var"}
+// tmp is there as on every real root: a whole-system root (host layout) has
+// one, and where the root has none (gke) the container runtime makes it when
+// a chrooted MPS daemon Pod mounts its pipe directory at <root>/tmp/nvidia-mps.
+var ownedEntries = []string{"bin", "dev", "etc", "lib", "lib64", "proc", "sys", "tmp", "usr", "var"}
 
 // Generate creates the fake driver root opts.Dir, or refreshes an existing
 // one. The simulator state under var/lib/gpudra-sim is kept. Generate must

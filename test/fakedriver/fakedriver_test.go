@@ -220,6 +220,12 @@ func TestGenerateRefresh(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(opts.Dir, rel), []byte(content), 0o644))
 	}
 	require.FileExists(t, filepath.Join(opts.Dir, "dev/nvidia7"))
+	fi, err := os.Stat(filepath.Join(opts.Dir, "tmp"))
+	require.NoError(t, err, "a whole-system root has /tmp")
+	require.Equal(t, os.ModeDir|os.ModeSticky|0o777, fi.Mode(), "world-writable and sticky, as /tmp is")
+	// What the runtime leaves there when a chrooted MPS daemon Pod mounts
+	// its pipe directory into the root is no reason to refuse the root.
+	require.NoError(t, os.MkdirAll(filepath.Join(opts.Dir, "tmp/nvidia-mps"), 0o755))
 
 	// Same profile again, then a smaller one: what the old profile had goes.
 	require.NoError(t, Generate(opts))
@@ -231,7 +237,7 @@ func TestGenerateRefresh(t *testing.T) {
 		require.Equal(t, content, string(b), "%s survives a refresh", rel)
 	}
 	_, gpus := simulated(t, "l4", nil)
-	_, err := os.Lstat(filepath.Join(opts.Dir, fmt.Sprintf("dev/nvidia%d", len(gpus))))
+	_, err = os.Lstat(filepath.Join(opts.Dir, fmt.Sprintf("dev/nvidia%d", len(gpus))))
 	require.ErrorIs(t, err, os.ErrNotExist, "device nodes of the old profile are gone")
 	cfg, err := ReadConfig(opts.Dir)
 	require.NoError(t, err)

@@ -200,6 +200,11 @@ func (w *writer) system(toolsDir string) {
 		w.fail(fmt.Errorf("the C library of the root's shell and tools (build the tools with cgo): %w", err))
 		return
 	}
+	// A whole system's root has a world-writable, sticky /tmp.
+	w.mkdir("tmp")
+	if w.err == nil {
+		w.fail(os.Chmod(w.path("tmp"), 0o777|os.ModeSticky))
+	}
 	w.copyFile(sh, "bin/sh", 0o755)
 	w.copyFile(rt.Interpreter, strings.TrimPrefix(rt.Interpreter, "/"), 0o755)
 	for soname, p := range rt.Libraries {
