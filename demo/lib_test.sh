@@ -39,5 +39,33 @@ check "nothing visible" \
   'gpudra-gpus: no GPU visible in this container' \
   'none: gpudra-gpus: no GPU visible in this container'
 
+# gpu_log waits for the list: a fake kubectl whose log is empty on the first
+# two reads (the container started, gpudra-gpus has not written yet). It runs
+# in a command substitution, so it counts its reads in a file.
+reads=$(mktemp)
+trap 'rm -f "$reads"' EXIT
+# shellcheck disable=SC2317 # called through $kubectl
+fake_kubectl() {
+  echo x >>"$reads"
+  [ "$*" = "logs -n ns pod" ] || { echo "unexpected arguments: $*" >&2; return 2; }
+  if [ "$(wc -l <"$reads")" -gt 2 ]; then echo 'GPU 0: NVIDIA L4 (UUID: GPU-l4a)'; fi
+}
+# shellcheck disable=SC2317 # called through $kubectl
+never() { echo "starting"; }
+kubectl=fake_kubectl
+got=$(GPU_LOG_TRIES=5 gpu_log -n ns pod; echo "exit $?")
+if [ "$got" != $'GPU 0: NVIDIA L4 (UUID: GPU-l4a)\nexit 0' ] || [ "$(wc -l <"$reads")" != 3 ]; then
+  printf 'FAIL gpu_log waits for the list\n  got: %s (after %s reads)\n' "$got" "$(wc -l <"$reads")"
+  failed=1
+fi
+# A log that never gets the list: printed as it is, and a failure.
+kubectl=never
+got=$(GPU_LOG_TRIES=2 gpu_log -n ns pod; echo "exit $?")
+if [ "$got" != $'starting\nexit 1' ]; then
+  printf 'FAIL gpu_log gives up\n  got: %s\n' "$got"
+  failed=1
+fi
+unset kubectl
+
 [ "$failed" = 0 ] && echo "demo/lib_test.sh: ok"
 exit "$failed"
