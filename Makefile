@@ -70,7 +70,7 @@ k8s-binaries: ## etcd + Kubernetes binaries for the local cluster (cached in _ou
 
 # prereqs-cluster first: a fresh machine learns what it lacks before the long builds.
 E2E_DEPS := prereqs-cluster build k8s-binaries containerd crio images $(HELM)
-# The suite's output, then each failed test's output again: CI shows only the tail.
+# The suite's output, then each failed test's output again, the earliest last: CI shows only the tail.
 FAILED_TESTS = $(GO) run ./test/cmd/gpudra-failed-tests
 e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-installed driver (E2E_KEEP_CLUSTER=1 keeps it)
 	set -o pipefail; $(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/ 2>&1 | $(FAILED_TESTS)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -11,21 +13,37 @@ import (
 // where the failure and what was cleaned up after it are.
 const maxLines = 400
 
+// failure is a failed top-level test: its lines, and those of each of its
+// subtests (from the subtest's "=== RUN" to the next one), in order.
+type failure struct {
+	name       string
+	lines      []string
+	subs       []string
+	subLines   map[string][]string
+	failedSubs []string
+}
+
+// subVerdict is a subtest's "--- FAIL" line, which go test -v prints
+// indented after its top-level test's own verdict.
+var subVerdict = regexp.MustCompile(`^\s+--- FAIL: (\S+/\S+)`)
+
 // copyAndSummarize copies r to w line by line, keeping the lines of the
 // running top-level test, then writes the kept lines of each failed
-// top-level test again (at most limit lines each, the last ones).
+// top-level test again (at most limit lines each, the last ones). Of a test
+// whose subtests failed, only those subtests' lines are written: the last
+// lines of a long parent (the notebooks) are those of the subtests that ran
+// after the failed one. The failures come latest first, so that the
+// earliest, most often the cause of the others, ends the output: CI shows
+// only its tail.
 func copyAndSummarize(r io.Reader, w io.Writer, limit int) error {
 	bw := bufio.NewWriter(w)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
-	type failure struct {
-		name  string
-		lines []string
-	}
 	var (
-		current string
-		lines   []string
-		failed  []failure
+		cur    *failure // the running top-level test
+		sub    string   // its running subtest
+		failed []*failure
+		last   *failure // the last test that ended failed
 	)
 	for sc.Scan() {
 		line := sc.Text()
@@ -33,20 +51,31 @@ func copyAndSummarize(r io.Reader, w io.Writer, limit int) error {
 			return err
 		}
 		if name, ok := topLevel(line, "=== RUN   "); ok {
-			current, lines = name, nil
+			cur, sub, last = &failure{name: name, subLines: map[string][]string{}}, "", nil
 		}
-		if current != "" {
-			lines = append(lines, line)
+		if m := subVerdict.FindStringSubmatch(line); m != nil && last != nil && strings.HasPrefix(m[1], last.name+"/") {
+			last.failedSubs = append(last.failedSubs, m[1])
+		}
+		if cur != nil {
+			cur.lines = append(cur.lines, line)
+			if name, ok := strings.CutPrefix(line, "=== RUN   "); ok && strings.HasPrefix(name, cur.name+"/") {
+				sub = strings.TrimSpace(name)
+				cur.subs = append(cur.subs, sub)
+			}
+			if sub != "" {
+				cur.subLines[sub] = append(cur.subLines[sub], line)
+			}
 		}
 		for _, verdict := range []string{"--- FAIL: ", "--- PASS: ", "--- SKIP: "} {
 			name, ok := topLevel(line, verdict)
-			if !ok || name != current {
+			if !ok || cur == nil || name != cur.name {
 				continue
 			}
 			if verdict == "--- FAIL: " {
-				failed = append(failed, failure{name, lines})
+				failed = append(failed, cur)
+				last = cur
 			}
-			current, lines = "", nil
+			cur, sub = nil, ""
 		}
 		if err := bw.Flush(); err != nil {
 			return err
@@ -55,8 +84,8 @@ func copyAndSummarize(r io.Reader, w io.Writer, limit int) error {
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("read the test output: %w", err)
 	}
-	if current != "" { // a test that never ended: a panic or the -timeout
-		failed = append(failed, failure{current, lines})
+	if cur != nil { // a test that never ended: a panic or the -timeout
+		failed = append(failed, cur)
 	}
 	var sum strings.Builder
 	if len(failed) > 0 {
@@ -64,24 +93,37 @@ func copyAndSummarize(r io.Reader, w io.Writer, limit int) error {
 		for i, f := range failed {
 			names[i] = f.name
 		}
-		fmt.Fprintf(&sum, "\n==== %d failed test(s): %s; their output again ====\n", len(failed), strings.Join(names, ", "))
+		fmt.Fprintf(&sum, "\n==== %d failed test(s): %s; their output again, the earliest last ====\n", len(failed), strings.Join(names, ", "))
 	}
-	for _, f := range failed {
-		b := f.lines
-		fmt.Fprintf(&sum, "\n==== %s (%d lines", f.name, len(b))
-		if len(b) > limit {
-			fmt.Fprintf(&sum, ", the last %d", limit)
-			b = b[len(b)-limit:]
+	for _, f := range slices.Backward(failed) {
+		if len(f.failedSubs) == 0 {
+			writeBlock(&sum, f.name, f.lines, limit)
+			continue
 		}
-		sum.WriteString(") ====\n")
-		for _, l := range b {
-			sum.WriteString(l + "\n")
+		for _, s := range f.subs {
+			if slices.Contains(f.failedSubs, s) {
+				writeBlock(&sum, s, f.subLines[s], limit)
+			}
 		}
 	}
 	if _, err := bw.WriteString(sum.String()); err != nil {
 		return err
 	}
 	return bw.Flush()
+}
+
+// writeBlock writes a test's lines under a header, at most limit of them
+// (the last ones).
+func writeBlock(sum *strings.Builder, name string, b []string, limit int) {
+	fmt.Fprintf(sum, "\n==== %s (%d lines", name, len(b))
+	if len(b) > limit {
+		fmt.Fprintf(sum, ", the last %d", limit)
+		b = b[len(b)-limit:]
+	}
+	sum.WriteString(") ====\n")
+	for _, l := range b {
+		sum.WriteString(l + "\n")
+	}
 }
 
 // topLevel returns the test name after prefix when it names a top-level
