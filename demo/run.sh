@@ -94,9 +94,9 @@ load_products() {
 }
 
 # gpus prints the GPUs a container sees, as the container printed them
-# (gpu_list, demo/lib.sh).
+# (gpu_log and gpu_list, demo/lib.sh).
 gpus() {
-  "$kubectl" -n "$ns" logs "$1" -c "$2" 2>&1 | gpu_list || true
+  gpu_log -n "$ns" "$1" -c "$2" | gpu_list || true
 }
 
 # report prints, per pod and container, the node and the GPUs it sees.
