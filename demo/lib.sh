@@ -33,17 +33,18 @@ gpu_list() {
   if [ ${#list[@]} -eq 0 ]; then echo "none: $(head -c 150 <<<"$out")"; else (IFS=';'; echo "${list[*]}"); fi
 }
 
-# gpu_log [kubectl logs arguments]: the log of a container of the workload
-# image once it holds what gpudra-gpus prints at start (the GPU lines, or its
-# own error). A pod is Ready when its container has started, which can be a
-# moment before the list is written: reading the log right after
-# `kubectl wait --for=condition=Ready` found it empty now and then. Tries for
-# GPU_LOG_TRIES half seconds (default 60: 30 s), then prints the log as it is
-# and fails. kubectl is $kubectl if set (demo/run.sh), else the one on PATH.
+# gpu_log [kubectl logs arguments]: the log of a workload container once it
+# has written what it prints at start (gpudra-gpus' GPU list, or the
+# variables a manifest's own command prints; each comes in one write). A pod
+# is Ready when its container has started, which can be a moment before
+# that: reading the log right after `kubectl wait --for=condition=Ready`
+# found it empty now and then. Tries for GPU_LOG_TRIES half seconds
+# (default 60: 30 s), then prints the log as it is and fails. kubectl is
+# $kubectl if set (demo/run.sh), else the one on PATH.
 gpu_log() {
   local out='' i
   for ((i = 0; i < ${GPU_LOG_TRIES:-60}; i++)); do
-    if out=$("${kubectl:-kubectl}" logs "$@" 2>&1) && [[ $out == *"(UUID: "* || $out == *"gpudra-gpus:"* ]]; then
+    if out=$("${kubectl:-kubectl}" logs "$@" 2>&1) && [ -n "$out" ]; then
       printf '%s\n' "$out"
       return 0
     fi

@@ -49,19 +49,21 @@ fake_kubectl() {
   echo x >>"$reads"
   [ "$*" = "logs -n ns pod" ] || { echo "unexpected arguments: $*" >&2; return 2; }
   if [ "$(wc -l <"$reads")" -gt 2 ]; then echo 'GPU 0: NVIDIA L4 (UUID: GPU-l4a)'; fi
+  return 0
 }
 # shellcheck disable=SC2317 # called through $kubectl
-never() { echo "starting"; }
+never() { echo "Error from server (BadRequest): container \"cuda\" in pod \"pod\" is waiting to start: ContainerCreating" >&2; return 1; }
 kubectl=fake_kubectl
 got=$(GPU_LOG_TRIES=5 gpu_log -n ns pod; echo "exit $?")
 if [ "$got" != $'GPU 0: NVIDIA L4 (UUID: GPU-l4a)\nexit 0' ] || [ "$(wc -l <"$reads")" != 3 ]; then
   printf 'FAIL gpu_log waits for the list\n  got: %s (after %s reads)\n' "$got" "$(wc -l <"$reads")"
   failed=1
 fi
-# A log that never gets the list: printed as it is, and a failure.
+# A container that never writes (or never starts): kubectl's last answer,
+# and a failure.
 kubectl=never
 got=$(GPU_LOG_TRIES=2 gpu_log -n ns pod; echo "exit $?")
-if [ "$got" != $'starting\nexit 1' ]; then
+if [ "$got" != $'Error from server (BadRequest): container "cuda" in pod "pod" is waiting to start: ContainerCreating\nexit 1' ]; then
   printf 'FAIL gpu_log gives up\n  got: %s\n' "$got"
   failed=1
 fi
