@@ -121,26 +121,24 @@ func (m *Manager) setComputeMode(ctx context.Context, d sharing.Device, want nvm
 		// has now is what the last claim restores.
 		previous = current
 	}
-	if current == want && (!marked || previous == want) {
-		if marked {
-			// Nothing left to restore (a pending restore reached it).
-			return m.clearComputeMode(d.Name)
+	if previous != want {
+		mark = computeModeMark{UUID: d.UUID, Previous: sharing.ComputeModeName(previous), Set: sharing.ComputeModeName(want)}
+		if err := m.markComputeMode(d.Name, mark); err != nil {
+			return err
 		}
-		return nil
 	}
-	mark = computeModeMark{UUID: d.UUID, Previous: sharing.ComputeModeName(previous), Set: sharing.ComputeModeName(want)}
-	if err := m.markComputeMode(d.Name, mark); err != nil {
-		return err
-	}
-	if current == want {
-		return nil
-	}
-	if err := m.cfg.ComputeMode.SetComputeMode(ctx, d.UUID, want); err != nil {
-		if !marked {
-			// The mode is unchanged: nothing to restore.
-			_ = m.clearComputeMode(d.Name)
+	if current != want {
+		if err := m.cfg.ComputeMode.SetComputeMode(ctx, d.UUID, want); err != nil {
+			if !marked {
+				// The mode is unchanged: nothing to restore.
+				_ = m.clearComputeMode(d.Name)
+			}
+			return err
 		}
-		return err
+	}
+	if marked && previous == want {
+		// A pending restore reached the mode from before: nothing left to restore.
+		return m.clearComputeMode(d.Name)
 	}
 	return nil
 }

@@ -207,3 +207,34 @@ func TestComputeModeOfShares(t *testing.T) {
 	require.NoError(t, m.Unprepare(ctx(t), ref(shares[1])))
 	require.Equal(t, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS, e.modes.get(gpu), "restored by the last share")
 }
+
+// TestComputeModePendingRestore: a restore that failed is finished by the
+// next claim on the GPU, whether it needs a mode (time slicing needs the
+// DEFAULT the GPU had) or not (an exclusive claim restores it).
+func TestComputeModePendingRestore(t *testing.T) {
+	for name, next := range map[string]string{
+		"time-sliced claim": `{"strategy":"TimeSlicing"}`,
+		"exclusive claim":   `{"strategy":"Exclusive"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, 2)
+			gpu := e.node.GPUs[0].UUID
+			m, _ := e.manager()
+			c := configured(uidA, "mps", []alloc{{request: "gpu", device: "gpu-0"}}, `{"strategy":"MPS"}`)
+			_, err := m.Prepare(ctx(t), c)
+			require.NoError(t, err)
+			e.modes.setFail(nvml.ERROR_GPU_IS_LOST)
+			require.NoError(t, m.Unprepare(ctx(t), ref(c)))
+			require.FileExists(t, m.computeModeMarker("gpu-0"))
+			e.modes.setFail(nil)
+
+			c2 := configured(uidB, "next", []alloc{{request: "gpu", device: "gpu-0"}}, next)
+			_, err = m.Prepare(ctx(t), c2)
+			require.NoError(t, err)
+			require.Equal(t, nvml.COMPUTEMODE_DEFAULT, e.modes.get(gpu))
+			require.NoFileExists(t, m.computeModeMarker("gpu-0"), "nothing left to restore")
+			require.NoError(t, m.Unprepare(ctx(t), ref(c2)))
+			require.Equal(t, nvml.COMPUTEMODE_DEFAULT, e.modes.get(gpu))
+		})
+	}
+}
