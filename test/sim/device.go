@@ -101,12 +101,23 @@ func (d *device) setFuncs() {
 		if mode < 0 || mode >= nvml.COMPUTEMODE_COUNT {
 			return nvml.ERROR_INVALID_ARGUMENT
 		}
+		// nvml.h: EXCLUSIVE_THREAD is "Support Removed"; what real NVML
+		// answers is unverified, the least kind plausible code is taken.
+		if mode == nvml.COMPUTEMODE_EXCLUSIVE_THREAD {
+			return nvml.ERROR_NOT_SUPPORTED
+		}
 		// nvml.h: "Requires root/admin permissions".
 		if os.Geteuid() != 0 {
 			return nvml.ERROR_NO_PERMISSION
 		}
 		d.srv.mu.Lock()
 		defer d.srv.mu.Unlock()
+		// nvml.h: "If MIG is enabled on a GPU, device must be MIG device
+		// handle": the GPU's own handle cannot set it then (the code real
+		// NVML answers is unverified; the least kind plausible one).
+		if d.migMode == nvml.DEVICE_MIG_ENABLE {
+			return nvml.ERROR_NOT_SUPPORTED
+		}
 		d.computeMode = mode
 		d.srv.persistLocked()
 		return nvml.SUCCESS

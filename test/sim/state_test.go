@@ -86,3 +86,51 @@ func TestComputeModePersisted(t *testing.T) {
 	require.Equal(t, nvml.SUCCESS, ret)
 	require.Equal(t, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS, mode)
 }
+
+// TestSetComputeModeAnswers: the simulator answers Set/GetComputeMode as
+// nvml.h describes, never more kindly: EXCLUSIVE_THREAD is gone, a
+// MIG-enabled GPU's own handle cannot set it, a lost GPU does not answer.
+func TestSetComputeModeAnswers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("setting the compute mode needs root, as with real NVML")
+	}
+	for name, tc := range map[string]struct {
+		mode     nvml.ComputeMode
+		mig      bool
+		lost     bool
+		want     nvml.Return
+		wantMode nvml.ComputeMode // GetComputeMode after
+	}{
+		"EXCLUSIVE_PROCESS": {mode: nvml.COMPUTEMODE_EXCLUSIVE_PROCESS, want: nvml.SUCCESS, wantMode: nvml.COMPUTEMODE_EXCLUSIVE_PROCESS},
+		"PROHIBITED":        {mode: nvml.COMPUTEMODE_PROHIBITED, want: nvml.SUCCESS, wantMode: nvml.COMPUTEMODE_PROHIBITED},
+		"DEFAULT":           {mode: nvml.COMPUTEMODE_DEFAULT, want: nvml.SUCCESS},
+		"EXCLUSIVE_THREAD":  {mode: nvml.COMPUTEMODE_EXCLUSIVE_THREAD, want: nvml.ERROR_NOT_SUPPORTED},
+		"out of range":      {mode: nvml.COMPUTEMODE_COUNT, want: nvml.ERROR_INVALID_ARGUMENT},
+		"MIG-enabled GPU":   {mode: nvml.COMPUTEMODE_EXCLUSIVE_PROCESS, mig: true, want: nvml.ERROR_NOT_SUPPORTED},
+		"lost GPU":          {mode: nvml.COMPUTEMODE_EXCLUSIVE_PROCESS, lost: true, want: nvml.ERROR_GPU_IS_LOST},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := Load("dgx-h100", nil)
+			require.NoError(t, err)
+			s := NewServer(p, "node")
+			require.NoError(t, s.PersistTo(filepath.Join(t.TempDir(), "state.json")))
+			require.Equal(t, nvml.SUCCESS, s.Init())
+			dev, _ := s.DeviceGetHandleByIndex(0)
+			if tc.mig {
+				_, ret := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
+				require.Equal(t, nvml.SUCCESS, ret)
+			}
+			if tc.lost {
+				uuid, _ := dev.GetUUID()
+				require.NoError(t, s.SetLost(uuid, true))
+			}
+			require.Equal(t, tc.want, dev.SetComputeMode(tc.mode))
+			if tc.lost {
+				return
+			}
+			mode, ret := dev.GetComputeMode()
+			require.Equal(t, nvml.SUCCESS, ret)
+			require.Equal(t, tc.wantMode, mode)
+		})
+	}
+}

@@ -3,6 +3,7 @@ package prepare
 import (
 	"context"
 	"fmt"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,7 +82,7 @@ func (e *env) tryManager() (*Manager, RecoverReport, error) {
 	w, err := cdi.NewWriter(e.cdiDir, edits)
 	require.NoError(e.t, err)
 	if e.modes == nil {
-		e.modes = &recordingModes{exclusive: map[string]bool{}}
+		e.modes = &recordingModes{mode: map[string]nvml.ComputeMode{}}
 	}
 	if e.slicer == nil {
 		e.slicer = &recordingSlicer{set: map[string]v1alpha1.TimeSliceInterval{}}

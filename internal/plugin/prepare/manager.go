@@ -49,9 +49,9 @@ type Config struct {
 	MIG *mig.Manager
 	// TimeSlicer sets GPU time slices; nil refuses time-sliced claims.
 	TimeSlicer sharing.TimeSlicer
-	// ComputeMode sets EXCLUSIVE_PROCESS on whole GPUs of MPS claims; nil
-	// leaves the compute mode alone.
-	ComputeMode sharing.ComputeModeSetter
+	// ComputeMode reads and sets the compute mode of whole GPUs that MPS,
+	// time-sliced and shared claims need; nil leaves it alone.
+	ComputeMode sharing.ComputeModes
 	// MPS runs the MPS control daemons; nil refuses MPS claims and shares.
 	MPS *sharing.MPSControl
 	// CleanupTimeout bounds an unprepare and the rollback of a failed

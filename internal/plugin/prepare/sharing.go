@@ -41,6 +41,11 @@ func (m *Manager) applySharing(ctx context.Context, c *claimState) error {
 	if err != nil {
 		return err
 	}
+	// The compute mode first, as NVIDIA's driver does: DEFAULT before a
+	// time slice, EXCLUSIVE_PROCESS before an MPS daemon starts.
+	if err := m.setComputeModes(ctx, rec.UID, devs); err != nil {
+		return err
+	}
 	for _, d := range devs {
 		interval, ok := d.SetsTimeSlice()
 		if !ok {
@@ -63,9 +68,6 @@ func (m *Manager) applySharing(ctx context.Context, c *claimState) error {
 			return err
 		}
 		failpoint.Inject(failpoint.PrepareTimeSliceSet)
-	}
-	if err := m.setExclusiveModes(ctx, rec.UID, devs); err != nil {
-		return err
 	}
 	if daemon == nil {
 		return nil
@@ -268,11 +270,14 @@ func (m *Manager) held(device string) bool {
 	return err != nil || len(hs) > 0
 }
 
-// restoreSharing brings a recovered claim's sharing back: time slices set
-// again (a GPU reset clears them), the MPS daemon adopted if it answers,
+// restoreSharing brings a recovered claim's sharing back: compute modes and
+// time slices set again (a GPU reset clears them), the MPS daemon adopted if it answers,
 // whichever plugin instance started it, or started again (ensureMPS). It
 // reports whether the daemon was started again.
 func (m *Manager) restoreSharing(ctx context.Context, c *claimState) (bool, error) {
+	if err := m.setComputeModes(ctx, c.rec.UID, c.sharingDevices()); err != nil {
+		return false, err
+	}
 	for _, d := range c.sharingDevices() {
 		if interval, ok := d.SetsTimeSlice(); ok {
 			if err := m.setTimeSlice(ctx, d.UUID, interval); err != nil {
