@@ -9,6 +9,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
+// MaxComputeDomainNodes bounds status.nodes: about as many entries as fit
+// in the 1.5 MiB the API server stores per object. The bound also lets the
+// CRD's per-node CEL rule pass the API server's cost estimate.
+const MaxComputeDomainNodes = 8192
+
 // MaxCliqueIDLength bounds status.nodes[].cliqueID. NVML's fabric
 // information makes it a UUID and a 32-bit number, far shorter.
 const MaxCliqueIDLength = 256
@@ -76,12 +81,15 @@ func ValidateComputeDomainSpec(spec *ComputeDomainSpec, path *field.Path) field.
 	return errs
 }
 
-// ValidateComputeDomainStatus checks a defaulted status: the states, and
-// for each node a node name, a canonical IP address, a clique ID of at most
+// ValidateComputeDomainStatus checks a defaulted status: the states, at most
+// MaxComputeDomainNodes nodes, and for each node a node name, a canonical IP address, a clique ID of at most
 // MaxCliqueIDLength bytes and an index of 0 or more; node names are unique,
 // and so is each clique ID and index pair.
 func ValidateComputeDomainStatus(s *ComputeDomainStatus, path *field.Path) field.ErrorList {
 	errs := validateState(s.Status, path.Child("status"))
+	if len(s.Nodes) > MaxComputeDomainNodes {
+		errs = append(errs, field.TooMany(path.Child("nodes"), len(s.Nodes), MaxComputeDomainNodes))
+	}
 	names := map[string]int{}
 	type slot struct {
 		clique string
