@@ -84,8 +84,9 @@ func reviewComputeDomain(names compat.Names, req *admissionv1.AdmissionRequest) 
 		return "", nil
 	}
 	if old == nil {
-		// No old object to compare with (the API server always sends
-		// one); the new spec is valid.
+		// No readable old object to compare with (the API server always
+		// sends one); the new spec is valid, and the CRD's transition
+		// rule still guards the spec.
 		return "", nil
 	}
 	oldCD, err := old.decode(names)
