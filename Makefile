@@ -108,8 +108,8 @@ notebooks: $(E2E_DEPS) ## Run demo/notebooks/*.ipynb on the local cluster and sa
 # default 60 s would take a short run's whole time (the webhook's JSON
 # inputs find many); failing inputs are still minimized, more briefly.
 fuzz: ## Run every fuzz target briefly (FUZZTIME=10s by default)
-	@for t in "FuzzDecode ./api/v1alpha1" "FuzzDecode ./internal/plugin/checkpoint" \
-	  "FuzzDecodeNVIDIA ./internal/shared/compat" "FuzzHandler ./internal/controller/webhook" \
+	@for t in "FuzzDecode ./api/v1alpha1" "FuzzDecodeComputeDomain ./api/v1alpha1" "FuzzDecode ./internal/plugin/checkpoint" \
+	  "FuzzDecodeNVIDIA ./internal/shared/compat" "FuzzDecodeComputeDomainNVIDIA ./internal/shared/compat" "FuzzHandler ./internal/controller/webhook" \
 	  "FuzzResolve ./internal/plugin/claimconfig" "FuzzSpec ./internal/plugin/cdi"; do \
 	  set -- $$t; echo "== $$1 $$2"; \
 	  $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-10s} -fuzzminimizetime 200x $$2 || exit 1; done
@@ -205,6 +205,7 @@ helm-lint: $(HELM) ## helm lint of the chart: defaults, each values-*.yaml, the 
 	$(HELM) lint --strict --quiet $(CHART) --set controller.certMode=certManager
 	$(HELM) lint --strict --quiet $(CHART) --set controller.certMode=secret,controller.certSecretName=tls
 	$(HELM) lint --strict --quiet $(CHART) --set controller.enabled=false
+	$(HELM) lint --strict --quiet $(CHART) --set compatibility=nvidia
 	$(HELM) lint --strict --quiet $(CHART) --set monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true,monitoring.grafanaDashboard.enabled=true
 	$(HELM) lint --strict --quiet $(CHART) --set 'kubeletPlugin.nodeGroups[0].name=shares,kubeletPlugin.nodeGroups[0].nodeSelector.gpudra\.io/plugin-profile=shares,kubeletPlugin.nodeGroups[0].mig=static,kubeletPlugin.nodeGroups[0].extraArgs={--gpu-sharing=consumable}'
 

@@ -19,19 +19,26 @@ import (
 //
 // +k8s:deepcopy-gen=false
 type DecodeError struct {
+	// Kind is the kind that was to be decoded; empty for
+	// GpuClaimParameters.
+	Kind string
 	// Errs lists the field-level problems: a missing or wrong apiVersion or
 	// kind, and values that fail validation. It is empty when Err is set.
 	Errs field.ErrorList
-	// Err is the reason the input could not be read as a GpuClaimParameters
-	// object at all: too large, not JSON or YAML, not an object, unknown or
+	// Err is the reason the input could not be read as an object of the
+	// kind at all: too large, not JSON or YAML, not an object, unknown or
 	// duplicate fields (a strict decoding error, see
 	// runtime.IsStrictDecodingError), or a value of the wrong type.
 	Err error
 }
 
-// Error tells what is wrong with the parameters, listing every problem.
+// Error tells what is wrong with the input, listing every problem.
 func (e *DecodeError) Error() string {
-	prefix := "invalid " + Kind + ": "
+	kind := e.Kind
+	if kind == "" {
+		kind = Kind
+	}
+	prefix := "invalid " + kind + ": "
 	if e.Err != nil {
 		return prefix + e.Err.Error()
 	}
@@ -75,11 +82,11 @@ func Decode(raw []byte) (*GpuClaimParameters, error) {
 			"parameters are %d bytes, more than the %d bytes (10 KiB) allowed for opaque device configuration",
 			len(raw), MaxParametersSize)}
 	}
-	data, err := toJSONObject(raw)
+	data, err := toJSONObject(raw, "parameters", Kind)
 	if err != nil {
 		return nil, &DecodeError{Err: err}
 	}
-	if errs := checkTypeMeta(data); len(errs) > 0 {
+	if errs := checkTypeMeta(data, Kind); len(errs) > 0 {
 		return nil, &DecodeError{Errs: errs}
 	}
 
@@ -95,12 +102,13 @@ func Decode(raw []byte) (*GpuClaimParameters, error) {
 }
 
 // toJSONObject returns raw as JSON, converting it from YAML unless it already
-// is JSON, and makes sure it is a single object.
-func toJSONObject(raw []byte) ([]byte, error) {
+// is JSON, and makes sure it is a single object; what names the input in
+// errors ("parameters"), kind the kind expected.
+func toJSONObject(raw []byte, what, kind string) ([]byte, error) {
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 {
-		return nil, fmt.Errorf("parameters are empty; expected an object with apiVersion %q and kind %q",
-			APIVersion, Kind)
+		return nil, fmt.Errorf("%s are empty; expected an object with apiVersion %q and kind %q",
+			what, APIVersion, kind)
 	}
 	data := trimmed
 	if trimmed[0] != '{' || !json.Valid(trimmed) {
@@ -108,13 +116,13 @@ func toJSONObject(raw []byte) ([]byte, error) {
 		// The strict conversion rejects duplicate keys.
 		converted, err := yaml.YAMLToJSONStrict(raw)
 		if err != nil {
-			return nil, fmt.Errorf("cannot parse parameters as JSON or YAML: %s", oneLine(err.Error()))
+			return nil, fmt.Errorf("cannot parse %s as JSON or YAML: %s", what, oneLine(err.Error()))
 		}
 		data = bytes.TrimSpace(converted)
 	}
 	if len(data) == 0 || data[0] != '{' {
-		return nil, fmt.Errorf("parameters must be an object with apiVersion %q and kind %q, not %s",
-			APIVersion, Kind, describeJSON(data))
+		return nil, fmt.Errorf("%s must be an object with apiVersion %q and kind %q, not %s",
+			what, APIVersion, kind, describeJSON(data))
 	}
 	return data, nil
 }
@@ -151,9 +159,10 @@ func describeJSON(data []byte) string {
 	}
 }
 
-// checkTypeMeta reports a missing or unexpected apiVersion or kind, so that
-// a wrong type is named before any unknown fields it brings along.
-func checkTypeMeta(data []byte) field.ErrorList {
+// checkTypeMeta reports a missing or unexpected apiVersion or kind (kind is
+// the one expected), so that a wrong type is named before any unknown fields
+// it brings along.
+func checkTypeMeta(data []byte, kind string) field.ErrorList {
 	var tm struct {
 		APIVersion any `json:"apiVersion"`
 		Kind       any `json:"kind"`
@@ -165,7 +174,7 @@ func checkTypeMeta(data []byte) field.ErrorList {
 	}
 	var errs field.ErrorList
 	errs = append(errs, checkTypeMetaField(field.NewPath("apiVersion"), tm.APIVersion, APIVersion)...)
-	errs = append(errs, checkTypeMetaField(field.NewPath("kind"), tm.Kind, Kind)...)
+	errs = append(errs, checkTypeMetaField(field.NewPath("kind"), tm.Kind, kind)...)
 	return errs
 }
 

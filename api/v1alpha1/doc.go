@@ -2,10 +2,12 @@
 //
 // It defines GpuClaimParameters, the opaque configuration that users attach
 // to ResourceClaims and DeviceClasses for devices of the gpu.gpudra.io driver
-// (spec.devices.config[].opaque.parameters). The package offers strict
-// decoding from JSON or YAML, defaulting, validation and encoding, so that the
-// kubelet plugin and any webhook agree on what a given piece of configuration
-// means.
+// (spec.devices.config[].opaque.parameters), and ComputeDomain, the
+// namespaced custom resource for multi-node NVLink (IMEX) domains whose
+// CustomResourceDefinition the Helm chart installs. For each the package
+// offers strict decoding from JSON or YAML, defaulting, validation and
+// encoding, so that the kubelet plugin, the webhook and the CRD's schema
+// agree on what a given object means.
 //
 // zz_generated.deepcopy.go is generated (go generate, make generate) from the
 // deepcopy-gen markers below and on the types; make verify-generate fails
@@ -29,7 +31,8 @@ const (
 	Version = "v1alpha1"
 	// APIVersion is the value the apiVersion field must have.
 	APIVersion = GroupName + "/" + Version
-	// Kind is the kind of GpuClaimParameters objects.
+	// Kind is the kind of GpuClaimParameters objects (ComputeDomainKind is
+	// the other kind of the group).
 	Kind = "GpuClaimParameters"
 
 	// DriverName is the DRA driver name under which GPUs are published and
@@ -46,6 +49,6 @@ var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: Version}
 
 // AddToScheme registers the types of this package with a scheme.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &GpuClaimParameters{})
+	s.AddKnownTypes(SchemeGroupVersion, &GpuClaimParameters{}, &ComputeDomain{}, &ComputeDomainList{})
 	return nil
 }

@@ -42,3 +42,41 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeComputeDomain is FuzzDecode for ComputeDomain manifests: no
+// panic, a valid object or a *DecodeError of kind ComputeDomain, and an
+// Encode/Decode round trip that changes nothing. Seeds live in
+// testdata/fuzz/FuzzDecodeComputeDomain.
+func FuzzDecodeComputeDomain(f *testing.F) {
+	f.Add([]byte(cdYAML))
+	f.Add([]byte(`{"apiVersion":"resource.gpudra.io/v1alpha1","kind":"ComputeDomain","metadata":{"name":"a"},` +
+		`"spec":{"channel":{"resourceClaimTemplate":{"name":"c"},"allocationMode":"All"}},` +
+		`"status":{"status":"Ready","nodes":[{"name":"n","ipAddress":"::1","cliqueID":"x.1","index":3,"status":"Ready"}]}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		cd, err := DecodeComputeDomain(raw)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) || de.Kind != ComputeDomainKind {
+				t.Fatalf("error is not a *DecodeError of kind ComputeDomain: %T %v", err, err)
+			}
+			if cd != nil {
+				t.Fatalf("object returned together with error %v", err)
+			}
+			return
+		}
+		if errs := ValidateComputeDomain(cd); len(errs) > 0 {
+			t.Fatalf("accepted object is invalid: %v", errs)
+		}
+		data, err := EncodeComputeDomain(cd)
+		if err != nil {
+			t.Fatalf("cannot encode accepted object: %v", err)
+		}
+		again, err := DecodeComputeDomain(data)
+		if err != nil {
+			t.Fatalf("re-decoding %s: %v", data, err)
+		}
+		if !equality.Semantic.DeepEqual(cd, again) {
+			t.Fatalf("round trip changed the object: %#v became %#v", cd, again)
+		}
+	})
+}

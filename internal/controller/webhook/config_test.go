@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
 )
 
 // TestRecommendedWebhookConfiguration checks that the shipped configuration
@@ -44,8 +46,8 @@ func TestRecommendedWebhookConfiguration(t *testing.T) {
 	require.NotNil(t, wh.ClientConfig.Service)
 	assert.Equal(t, ptr.To(Path), wh.ClientConfig.Service.Path)
 
-	require.Len(t, wh.Rules, 2)
-	claims, classes := wh.Rules[0], wh.Rules[1]
+	require.Len(t, wh.Rules, 3)
+	claims, classes, domains := wh.Rules[0], wh.Rules[1], wh.Rules[2]
 	assert.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, claims.Operations,
 		"device specs are immutable; checking updates could only block finalizer removal")
 	assert.Equal(t, []string{resourceGroup}, claims.APIGroups)
@@ -59,4 +61,11 @@ func TestRecommendedWebhookConfiguration(t *testing.T) {
 	assert.ElementsMatch(t, SupportedVersions, classes.APIVersions)
 	assert.Equal(t, []string{"deviceclasses"}, classes.Resources)
 	assert.Equal(t, ptr.To(admissionregistrationv1.ClusterScope), classes.Scope)
+
+	assert.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		domains.Operations, "an update must not change a ComputeDomain's spec")
+	assert.Equal(t, []string{v1alpha1.GroupName}, domains.APIGroups)
+	assert.Equal(t, []string{v1alpha1.Version}, domains.APIVersions)
+	assert.Equal(t, []string{v1alpha1.ComputeDomainResource}, domains.Resources)
+	assert.Equal(t, ptr.To(admissionregistrationv1.NamespacedScope), domains.Scope)
 }

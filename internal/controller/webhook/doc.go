@@ -11,6 +11,15 @@
 // deletions, and whatever the API server validates itself (for example
 // configs naming requests the claim lacks).
 //
+// It also checks ComputeDomains (resource.gpudra.io/v1alpha1; in the NVIDIA
+// compatibility mode resource.nvidia.com/v1beta1 too): at creation the spec
+// must decode strictly and validate (v1alpha1.ValidateComputeDomainSpec);
+// an update may not change numNodes or channel. The chart's CRD schema
+// enforces the same before the webhook is asked, so the webhook matters for
+// a CRD that is not the chart's (NVIDIA's, left by its chart) and for the
+// checks the schema cannot make. Updates that keep the spec are always
+// allowed, so finalizers of old objects can be removed.
+//
 // # Failure policy
 //
 // The webhook is a convenience, not a safety net: the kubelet plugin decodes
@@ -34,6 +43,8 @@
 //     edited. For every kind the handler allows updates that leave the
 //     configs unchanged, so an object that predates the webhook can still
 //     have its metadata changed;
+//   - operations: [CREATE, UPDATE] for computedomains, to refuse spec
+//     changes with a message that names the field;
 //   - sideEffects: None and matchPolicy: Equivalent.
 //
 // The caBundle is filled in by the gpu-controller in its self-managed

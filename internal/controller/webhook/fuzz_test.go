@@ -20,7 +20,8 @@ import (
 // FuzzHandler posts arbitrary bodies to the handler of both driver modes:
 // it must never panic, answer a readable AdmissionReview with the request's
 // UID or one of its documented HTTP errors, and keep the decision counter's
-// kind label within its known values. Seeds are reviews from the unit tests.
+// kind label within its known values. Seeds are reviews from the unit tests
+// (claims, templates, classes and ComputeDomains of both groups).
 func FuzzHandler(f *testing.F) {
 	gpu := []string{"gpu"}
 	for _, req := range []*admissionv1.AdmissionRequest{
@@ -31,6 +32,9 @@ func FuzzHandler(f *testing.F) {
 			object(KindResourceClaim, "v1beta1", "c", cfg{gpu, "gpu.gpudra.io", goodParams})),
 		request(KindDeviceClass, "v1", admissionv1.Create, class("v1", "d", cfg{nil, "gpu.nvidia.com",
 			`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS"}}`}), nil),
+		domainRequest(gpudraDomains, admissionv1.Create, domain(gpudraDomains, goodDomain), nil),
+		domainRequest(nvidiaDomains, admissionv1.Update, domain(nvidiaDomains, `{"numNodes":3,"channel":{"resourceClaimTemplate":{"name":"c"}}}`),
+			domain(nvidiaDomains, goodDomain)),
 	} {
 		data, err := json.Marshal(admissionv1.AdmissionReview{
 			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: req})
@@ -53,7 +57,8 @@ func FuzzHandler(f *testing.F) {
 		f.Fatal(err)
 	}
 	quiet := klog.NewContext(context.Background(), logr.Discard())
-	known := map[string]bool{KindResourceClaim: true, KindResourceClaimTemplate: true, KindDeviceClass: true, KindOther: true, KindUnknown: true}
+	known := map[string]bool{KindResourceClaim: true, KindResourceClaimTemplate: true, KindDeviceClass: true, KindComputeDomain: true,
+		KindOther: true, KindUnknown: true}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, h := range []*Handler{native, nvidia} {
 			// Quiet: a line per rejected body would flood the fuzzer's output.

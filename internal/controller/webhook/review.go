@@ -9,6 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 
+	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
@@ -19,6 +20,9 @@ const (
 	KindResourceClaim         = "ResourceClaim"
 	KindResourceClaimTemplate = "ResourceClaimTemplate"
 	KindDeviceClass           = "DeviceClass"
+	// KindComputeDomain, of the groups and versions the driver's names
+	// serve (compat.Names.ComputeDomainVersions).
+	KindComputeDomain = v1alpha1.ComputeDomainKind
 )
 
 // SupportedVersions are the resource.k8s.io versions whose claims, templates
@@ -88,7 +92,13 @@ func review(names compat.Names, req *admissionv1.AdmissionRequest) (string, erro
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return "", nil
 	}
-	if req.SubResource != "" || req.Kind.Group != resourceGroup || !slices.Contains(SupportedVersions, req.Kind.Version) {
+	if req.SubResource != "" {
+		return "", nil
+	}
+	if isComputeDomain(names, req.Kind) {
+		return reviewComputeDomain(names, req)
+	}
+	if req.Kind.Group != resourceGroup || !slices.Contains(SupportedVersions, req.Kind.Version) {
 		return "", nil
 	}
 	if !slices.Contains([]string{KindResourceClaim, KindResourceClaimTemplate, KindDeviceClass}, req.Kind.Kind) {

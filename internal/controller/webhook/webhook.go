@@ -51,8 +51,8 @@ const (
 )
 
 // DecisionsMetric is the name of the counter of admission decisions, with
-// labels kind (ResourceClaim, ResourceClaimTemplate, DeviceClass, other or
-// unknown) and decision (allowed, denied, error).
+// labels kind (ResourceClaim, ResourceClaimTemplate, DeviceClass,
+// ComputeDomain, other or unknown) and decision (allowed, denied, error).
 const DecisionsMetric = "gpudra_webhook_admission_decisions_total"
 
 // maxLoggedChars bounds each string from a request that the handler logs.
@@ -65,7 +65,8 @@ var codecs = func() serializer.CodecFactory {
 }()
 
 // Handler is an http.Handler for admission.k8s.io/v1 AdmissionReview
-// requests about ResourceClaims, ResourceClaimTemplates and DeviceClasses.
+// requests about ResourceClaims, ResourceClaimTemplates, DeviceClasses and
+// ComputeDomains.
 type Handler struct {
 	decisions *prometheus.CounterVec
 	// names: the driver whose opaque configurations are checked, and how
@@ -81,7 +82,7 @@ func NewHandler(reg prometheus.Registerer) (*Handler, error) {
 
 // NewHandlerFor is NewHandler for the driver names (e.g. gpu.nvidia.com in
 // the NVIDIA compatibility mode, whose GpuConfig and MigDeviceConfig are
-// checked).
+// checked, and NVIDIA's ComputeDomains besides gpudra's).
 func NewHandlerFor(reg prometheus.Registerer, names compat.Names) (*Handler, error) {
 	h := &Handler{names: names,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -181,7 +182,7 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		resp.Allowed = false
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusBadRequest,
 			Reason: metav1.StatusReasonBadRequest, Message: msg}
-		logger.V(2).Info("Denied invalid GpuClaimParameters", "reason", msg)
+		logger.V(2).Info("Denied an invalid object", "reason", msg)
 	default:
 		logger.V(5).Info("Allowed")
 	}
@@ -197,7 +198,7 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 // kinds the webhook checks, KindOther for any other.
 func kindLabel(kind string) string {
 	switch kind {
-	case KindResourceClaim, KindResourceClaimTemplate, KindDeviceClass:
+	case KindResourceClaim, KindResourceClaimTemplate, KindDeviceClass, KindComputeDomain:
 		return kind
 	default:
 		return KindOther

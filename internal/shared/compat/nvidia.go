@@ -34,8 +34,10 @@ const (
 var unsupportedKinds = map[string]string{
 	"VfioDeviceConfig": "GPU passthrough to virtual machines (VFIO) is not supported by gpudra; " +
 		"run such workloads with NVIDIA's driver",
-	"ComputeDomainChannelConfig": "ComputeDomains (multi-node NVLink, IMEX channels) are not supported by gpudra",
-	"ComputeDomainDaemonConfig":  "ComputeDomains (multi-node NVLink, IMEX daemons) are not supported by gpudra",
+	"ComputeDomainChannelConfig": "gpudra does not serve the IMEX channels of ComputeDomains yet (it has the ComputeDomain API only; " +
+		"see docs/computedomains.md)",
+	"ComputeDomainDaemonConfig": "gpudra does not run the IMEX daemons of ComputeDomains yet (it has the ComputeDomain API only; " +
+		"see docs/computedomains.md)",
 }
 
 type nvTypeMeta struct {
