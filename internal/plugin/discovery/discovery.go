@@ -59,7 +59,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 	if ret != nvml.SUCCESS {
 		return nil, nvmlError("get device count", ret)
 	}
-	versionedFabric := hasFabricInfoV(lib)
+	fabricCalls := lookupFabricCalls(lib)
 	resolver, _ := lib.(PCIeRootResolver)
 	numaResolver, _ := lib.(NUMANodeResolver)
 	handles := make([]nvml.Device, 0, count)
@@ -68,7 +68,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		var gpu model.GPU
 		var err error
 		if ret == nvml.SUCCESS {
-			gpu, err = describe(ctx, dev, i, versionedFabric)
+			gpu, err = describe(ctx, dev, i, fabricCalls)
 		} else {
 			dev, err = nil, nvmlError(fmt.Sprintf("get handle of GPU %d", i), ret)
 		}
@@ -102,9 +102,8 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 	return node, nil
 }
 
-// describe reads one GPU's facts; versionedFabric says whether the library
-// has nvmlDeviceGetGpuFabricInfoV.
-func describe(ctx context.Context, dev nvml.Device, index int, versionedFabric bool) (model.GPU, error) {
+// describe reads one GPU's facts; calls are the fabric calls the library has.
+func describe(ctx context.Context, dev nvml.Device, index int, calls fabricCalls) (model.GPU, error) {
 	gpu := model.GPU{Index: index}
 	var ret nvml.Return
 	if gpu.UUID, ret = dev.GetUUID(); ret != nvml.SUCCESS {
@@ -172,7 +171,7 @@ func describe(ctx context.Context, dev nvml.Device, index int, versionedFabric b
 			return gpu, err
 		}
 	}
-	f, err := fabric(ctx, dev, versionedFabric)
+	f, err := fabric(ctx, dev, gpu.UUID, calls)
 	if err != nil {
 		return gpu, err
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/google/uuid"
+	guuid "github.com/google/uuid"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/internal/plugin/model"
@@ -21,12 +21,21 @@ type FabricInfoV interface {
 	GpuFabricInfoV(version uint32) (nvml.GpuFabricInfo_v3, nvml.Return)
 }
 
-// fabricInfoVSymbol is the versioned call, absent from drivers before R550.
-const fabricInfoVSymbol = "nvmlDeviceGetGpuFabricInfoV"
+// The fabric calls: the versioned one is absent from drivers before R550,
+// the unversioned one from drivers older than Hopper support.
+const (
+	fabricInfoSymbol  = "nvmlDeviceGetGpuFabricInfo"
+	fabricInfoVSymbol = "nvmlDeviceGetGpuFabricInfoV"
+)
 
-// hasFabricInfoV reports whether the library has the versioned call.
-func hasFabricInfoV(lib nvml.Interface) bool {
-	return lib.Extensions().LookupSymbol(fabricInfoVSymbol) == nil
+// fabricCalls are the fabric calls the library has: a call to a function
+// the library lacks kills the process (go-nvml binds lazily), so each is
+// looked up once, before discovery makes it.
+type fabricCalls struct{ unversioned, versioned bool }
+
+func lookupFabricCalls(lib nvml.Interface) fabricCalls {
+	has := func(sym string) bool { return lib.Extensions().LookupSymbol(sym) == nil }
+	return fabricCalls{unversioned: has(fabricInfoSymbol), versioned: has(fabricInfoVSymbol)}
 }
 
 // fabricHealth are the health mask's fields the model keeps, by shift; each
@@ -45,11 +54,10 @@ var fabricHealth = map[string]uint32{
 // them out (logged), so the GPU is published without a clique rather than
 // not at all; only the errors that make every other query of the GPU fail
 // (lost, reset required, a library-wide failure) are returned.
-func fabric(ctx context.Context, dev nvml.Device, versioned bool) (*model.Fabric, error) {
-	logger := klog.FromContext(ctx)
+func fabric(ctx context.Context, dev nvml.Device, uuid string, calls fabricCalls) (*model.Fabric, error) {
 	var f *model.Fabric
 	ret := nvml.ERROR_FUNCTION_NOT_FOUND
-	if versioned {
+	if calls.versioned {
 		var v nvml.GpuFabricInfo_v2
 		v, ret = fabricInfoV2(dev)
 		if ret == nvml.SUCCESS {
@@ -59,7 +67,7 @@ func fabric(ctx context.Context, dev nvml.Device, versioned bool) (*model.Fabric
 	}
 	// Without the versioned call, or with a driver that does not take its
 	// v2 struct, the unversioned one still answers (without health).
-	if ret == nvml.ERROR_FUNCTION_NOT_FOUND || ret == nvml.ERROR_ARGUMENT_VERSION_MISMATCH {
+	if (ret == nvml.ERROR_FUNCTION_NOT_FOUND || ret == nvml.ERROR_ARGUMENT_VERSION_MISMATCH) && calls.unversioned {
 		var v nvml.GpuFabricInfo
 		v, ret = dev.GetGpuFabricInfo()
 		if ret == nvml.SUCCESS {
@@ -71,12 +79,14 @@ func fabric(ctx context.Context, dev nvml.Device, versioned bool) (*model.Fabric
 		return f, nil
 	case ret == nvml.ERROR_NOT_SUPPORTED:
 		return nil, nil
+	case ret == nvml.ERROR_FUNCTION_NOT_FOUND && !calls.unversioned:
+		return nil, nil // a driver without fabric calls: no fabric
 	}
 	err := nvmlError("get GPU fabric info", ret)
 	if libraryFailure(err) || errors.Is(err, nvml.ERROR_GPU_IS_LOST) || errors.Is(err, nvml.ERROR_RESET_REQUIRED) {
 		return nil, err
 	}
-	logger.Error(err, "NVLink fabric unknown, publishing no clique")
+	klog.FromContext(ctx).Error(err, "NVLink fabric unknown, publishing no clique", "uuid", uuid)
 	return nil, nil
 }
 
@@ -100,7 +110,7 @@ func fabricFrom(cluster [16]uint8, status, clique uint32, state uint8) *model.Fa
 		return f
 	}
 	if cluster != [16]uint8{} {
-		f.ClusterUUID, f.CliqueID = uuid.UUID(cluster).String(), clique
+		f.ClusterUUID, f.CliqueID = guuid.UUID(cluster).String(), clique
 	}
 	if st := nvml.Return(status); st != nvml.SUCCESS {
 		f.Error = ReturnError(st).Error()

@@ -210,3 +210,27 @@ func TestDiscoverFabricFromSimulatedProfiles(t *testing.T) {
 		})
 	}
 }
+
+// TestDiscoverFabricLooksUpSymbols: a call to a function the library lacks
+// kills the process, so a library without the fabric calls (a driver older
+// than Hopper support) is never asked: the GPU has no fabric.
+func TestDiscoverFabricLooksUpSymbols(t *testing.T) {
+	lib := fakeLib("", nvml.ERROR_NOT_SUPPORTED)
+	lib.ExtensionsFunc = func() nvml.ExtendedInterface {
+		return &mock.ExtendedInterface{LookupSymbolFunc: func(sym string) error {
+			if sym == fabricInfoSymbol || sym == fabricInfoVSymbol {
+				return fmt.Errorf("undefined symbol: %s", sym)
+			}
+			return nil
+		}}
+	}
+	dev, _ := lib.DeviceGetHandleByIndex(0)
+	dev.(*mock.Device).GetGpuFabricInfoFunc = func() (nvml.GpuFabricInfo, nvml.Return) {
+		t.Error("nvmlDeviceGetGpuFabricInfo called on a library without it")
+		return nvml.GpuFabricInfo{}, nvml.ERROR_FUNCTION_NOT_FOUND
+	}
+	node, err := Discover(context.Background(), noRoot{lib}, Options{})
+	require.NoError(t, err)
+	require.Len(t, node.GPUs, 1)
+	require.Nil(t, node.GPUs[0].Fabric)
+}
