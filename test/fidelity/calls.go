@@ -78,10 +78,38 @@ var calls = map[string]Call{
 		_, r := d.GetCurrentClocksEventReasons()
 		return r
 	}),
+	"DeviceGetGpuFabricInfo": func(l nvml.Interface, d nvml.Device, _ int) nvml.Return {
+		if l.Extensions().LookupSymbol("nvmlDeviceGetGpuFabricInfo") != nil {
+			return nvml.ERROR_FUNCTION_NOT_FOUND
+		}
+		_, r := d.GetGpuFabricInfo()
+		return r
+	},
+	"DeviceGetGpuFabricInfoV": fabricInfoV2,
 	"GpmQueryDeviceSupport": func(l nvml.Interface, d nvml.Device, _ int) nvml.Return {
 		_, r := l.GpmQueryDeviceSupport(d)
 		return r
 	},
+}
+
+// fabricInfoV2 makes nvmlDeviceGetGpuFabricInfoV with a v2 struct, as
+// internal/plugin/discovery does: only where the library has the symbol (a
+// call to a function the library lacks kills the process), and through the
+// device itself where it answers the call (test/sim's GPUs: go-nvml's
+// handler calls the C library).
+func fabricInfoV2(l nvml.Interface, d nvml.Device, _ int) nvml.Return {
+	if l.Extensions().LookupSymbol("nvmlDeviceGetGpuFabricInfoV") != nil {
+		return nvml.ERROR_FUNCTION_NOT_FOUND
+	}
+	type fabricInfoV interface {
+		GpuFabricInfoV(version uint32) (nvml.GpuFabricInfo_v3, nvml.Return)
+	}
+	if f, ok := d.(fabricInfoV); ok {
+		_, r := f.GpuFabricInfoV(nvml.STRUCT_VERSION(nvml.GpuFabricInfo_v2{}, 2))
+		return r
+	}
+	_, r := d.GetGpuFabricInfoV().V2()
+	return r
 }
 
 func onDevice(f func(nvml.Device) nvml.Return) Call {

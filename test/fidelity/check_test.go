@@ -70,6 +70,7 @@ func TestMatchProduct(t *testing.T) {
 		{"NVIDIA H200", "h200-sxm-141gb"}, // the product name of the real run (docs/development.md)
 		{"nvidia h100 80gb hbm3 ", "h100-sxm5-80gb"},
 		{"NVIDIA GH200 96GB HBM3", "gh200-96gb"},
+		{"NVIDIA GB200", "gb200"},
 		{"NVIDIA H100 PCIe", ""},
 	}
 	for _, tc := range tests {
@@ -172,7 +173,8 @@ func TestCheckUncataloguedGPU(t *testing.T) {
 		want   []string // rows checked on the T4 by call: every `all` row, plus the x86 ones
 	}{
 		{name: "no group", groups: nil},
-		{name: "x86 host", groups: []string{GroupX86}, want: []string{"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetNumaNodeId"}},
+		{name: "x86 host", groups: []string{GroupX86}, want: []string{"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetNumaNodeId",
+			"nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

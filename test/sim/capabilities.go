@@ -37,6 +37,7 @@ type nvmlSpec struct {
 	NUMANodeID       string                `json:"numaNodeId"`
 	UnifiedMemory    bool                  `json:"unifiedMemory"`
 	MIGProfileErrors []migProfileErrorSpec `json:"migProfileErrors"`
+	GPUFabric        bool                  `json:"gpuFabric"`
 }
 
 type migProfileErrorSpec struct {
@@ -53,6 +54,10 @@ type NVMLCapabilities struct {
 	UnifiedMemory bool
 	// MIGProfileErrors: per GPU instance profile name, per call, the return.
 	MIGProfileErrors map[string]map[string]nvml.Return
+	// GPUFabric: the GPU is registered with an NVLink fabric manager and
+	// answers nvmlDeviceGetGpuFabricInfo(V) (fabric.go); without it they
+	// answer NOT_SUPPORTED.
+	GPUFabric bool
 }
 
 // migGeometryCalls are the calls migProfileErrors may make fail.
@@ -64,7 +69,7 @@ var geometryReturns = map[string]nvml.Return{
 	"NOT_SUPPORTED": nvml.ERROR_NOT_SUPPORTED, "INVALID_ARGUMENT": nvml.ERROR_INVALID_ARGUMENT,
 }
 
-func (s *nvmlSpec) validate(at string, mig *MIG) (NVMLCapabilities, error) {
+func (s *nvmlSpec) validate(at string, arch nvml.DeviceArchitecture, mig *MIG) (NVMLCapabilities, error) {
 	c := NVMLCapabilities{NUMANodeID: NUMANodeIDNotSupported}
 	if s == nil {
 		return c, nil
@@ -78,6 +83,11 @@ func (s *nvmlSpec) validate(at string, mig *MIG) (NVMLCapabilities, error) {
 			NUMANodeIDNotSupported, NUMANodeIDGPUMemory)
 	}
 	c.UnifiedMemory = s.UnifiedMemory
+	if s.GPUFabric && arch < nvml.DEVICE_ARCH_HOPPER {
+		// nvml.h documents the fabric calls "For Hopper or newer fully supported devices".
+		return c, fmt.Errorf("%s: only for Hopper or newer GPUs", join(at, "gpuFabric"))
+	}
+	c.GPUFabric = s.GPUFabric
 	for i, e := range s.MIGProfileErrors {
 		here := fmt.Sprintf("%s[%d]", join(at, "migProfileErrors"), i)
 		if mig == nil {

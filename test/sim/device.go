@@ -55,6 +55,7 @@ func newDevice(s *Server, g *GPU) *device {
 	d.setFuncs()
 	d.setMIGFuncs()
 	d.setNVLinkFuncs()
+	d.setFabricFuncs()
 	// The fault calls are added by installFaults; finishHandle follows it.
 	return d
 }

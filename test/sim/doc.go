@@ -5,7 +5,8 @@
 // of the node, their PCI addresses and NUMA nodes, and the driver version.
 // GPU models come from a built-in catalogue (models/*.yaml) or are defined
 // in the profile itself. Built-in profiles (profiles/*.yaml): dgx-a100,
-// dgx-h100, h200, l4 and mixed. profiles/README.md documents the format
+// dgx-h100, gb200-nvl72-tray, gh200, h200, hgx-b200, l4 and mixed.
+// profiles/README.md documents the format
 // with a full example; in short:
 //
 //	name: my-node                  # optional when loaded from my-node.yaml
@@ -111,6 +112,16 @@
 // A profile's nvlink list names the GPUs fully connected by NVLink (see
 // nvlink.go); GetP2PStatus / DeviceGetP2PStatus answer from it. NVLink link
 // state, counters and remote PCI info are not modelled.
+//
+// # NVLink fabric
+//
+// fabric.go: a model whose `nvml:` mapping says gpuFabric (the catalogue's
+// gb200) answers GetGpuFabricInfo and, from driver R550 on, the versioned
+// nvmlDeviceGetGpuFabricInfoV (struct v2; v3 from R580), through the
+// FabricInfoV interface of its handle, from the GPU's fabric entry (cluster
+// UUID, clique ID, state, status, health conditions). Every other GPU
+// answers ERROR_NOT_SUPPORTED; before R550 the versioned call answers
+// ERROR_FUNCTION_NOT_FOUND and LookupSymbol reports it missing.
 //
 // # Faults
 //

@@ -3,8 +3,6 @@ package sim
 import (
 	"encoding/binary"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -178,11 +176,7 @@ func (b *faultBook) emitScopedLocked(d *device, eventType, data uint64, gi, ci u
 
 // recoveryActionSupported: the driver reports FI_DEV_GET_GPU_RECOVERY_ACTION
 // from branch R550 on. A version that does not parse counts as new.
-func recoveryActionSupported(driverVersion string) bool {
-	major, _, _ := strings.Cut(driverVersion, ".")
-	n, err := strconv.Atoi(major)
-	return err != nil || n >= 550
-}
+func recoveryActionSupported(driverVersion string) bool { return driverAtLeast(driverVersion, 550) }
 
 func (d *device) setFaultFuncs(b *faultBook) {
 	state := func() (*gpuFaults, func()) {

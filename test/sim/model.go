@@ -150,7 +150,7 @@ func (s *modelSpec) validate(at string) (*Model, error) {
 			return nil, err
 		}
 	}
-	if m.NVML, err = s.NVML.validate(join(at, "nvml"), m.MIG); err != nil {
+	if m.NVML, err = s.NVML.validate(join(at, "nvml"), m.Architecture, m.MIG); err != nil {
 		return nil, err
 	}
 	return m, nil

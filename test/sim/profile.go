@@ -48,6 +48,9 @@ type GPU struct {
 	// 1 + its index in the profile's nvlink list; 0 when it has no NVLink
 	// peer (see nvlink.go).
 	NVLinkDomain int
+	// Fabric is the GPU's NVLink fabric registration (fabric.go); nil when
+	// the profile gives none (a gpuFabric model then reports not-started).
+	Fabric *Fabric
 }
 
 // Model is a GPU model from the built-in catalogue or from a profile file.

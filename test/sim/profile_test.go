@@ -14,12 +14,13 @@ import (
 const gi = 1 << 30
 
 func TestBuiltinProfiles(t *testing.T) {
-	require.Equal(t, []string{"dgx-a100", "dgx-h100", "gh200", "h200", "hgx-b200", "l4", "mixed"}, Builtin())
+	require.Equal(t, []string{"dgx-a100", "dgx-h100", "gb200-nvl72-tray", "gh200", "h200", "hgx-b200", "l4", "mixed"}, Builtin())
 
 	a100 := expectGPU{"NVIDIA A100-SXM4-40GB", 40 * gi, nvml.DEVICE_ARCH_AMPERE, 8, 0, true}
 	h100 := expectGPU{"NVIDIA H100 80GB HBM3", 80 * gi, nvml.DEVICE_ARCH_HOPPER, 9, 0, true}
 	h200 := expectGPU{"NVIDIA H200", 141 * gi, nvml.DEVICE_ARCH_HOPPER, 9, 0, true}
 	l4 := expectGPU{"NVIDIA L4", 23034 * mib, nvml.DEVICE_ARCH_ADA, 8, 9, false}
+	gb200 := expectGPU{"NVIDIA GB200", 189471 * mib, nvml.DEVICE_ARCH_BLACKWELL, 10, 0, true}
 	tests := []struct {
 		name     string
 		driver   string
@@ -35,6 +36,8 @@ func TestBuiltinProfiles(t *testing.T) {
 			[]string{"0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0", "0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"}, 8},
 		{"h200", "570.133.20", 12080, repeat(h200, 4), []int{0, 0, 1, 1},
 			[]string{"0000:18:00.0", "0000:2a:00.0", "0000:9b:00.0", "0000:ab:00.0"}, 2},
+		{"gb200-nvl72-tray", "580.82.07", 13000, repeat(gb200, 4), []int{0, 0, 1, 1},
+			[]string{"0008:01:00.0", "0009:01:00.0", "0018:01:00.0", "0019:01:00.0"}, 4},
 		{"l4", "550.127.05", 12040, repeat(l4, 2), []int{0, 0}, []string{"0000:17:00.0", "0000:65:00.0"}, 2},
 		{"mixed", "565.57.01", 12070, []expectGPU{l4, l4, a100, a100}, []int{0, 0, 1, 1},
 			[]string{"0000:17:00.0", "0000:31:00.0", "0000:b1:00.0", "0000:b5:00.0"}, 3},

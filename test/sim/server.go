@@ -145,11 +145,14 @@ func (s *Server) setFuncs() {
 	}
 	s.ErrorStringFunc = func(r nvml.Return) string { return r.Error() }
 	s.ExtensionsFunc = func() nvml.ExtendedInterface { return s }
-	s.LookupSymbolFunc = func(string) error {
+	s.LookupSymbolFunc = func(name string) error {
 		if s.initialized() != nvml.SUCCESS {
 			return errUninitialized
 		}
-		return nil // every symbol "exists": unmodelled calls answer ERROR_NOT_SUPPORTED
+		if s.missingSymbol(name) {
+			return fmt.Errorf("simulated NVML of driver %s: undefined symbol: %s", s.profile.DriverVersion, name)
+		}
+		return nil // every other symbol "exists": unmodelled calls answer ERROR_NOT_SUPPORTED
 	}
 
 	s.SystemGetDriverVersionFunc = func() (string, nvml.Return) {

@@ -41,6 +41,10 @@ type deviceSpec struct {
 	// ECCEnabled overrides the model's ECC mode (an administrator ran
 	// nvidia-smi -e); only for a model with ECC.
 	ECCEnabled *bool `json:"eccEnabled"`
+	// Fabric is the GPU's NVLink fabric registration (fabric.go); only for
+	// a model with nvml.gpuFabric. A device's entry overrides the group's
+	// field by field.
+	Fabric *fabricSpec `json:"fabric"`
 }
 
 // gpuGroupSpec is one entry of gpus: Count GPUs of one model.

@@ -216,6 +216,16 @@ func (d *deviceSpec) apply(at string, gpu *GPU, busIDs map[pciAddress]string) er
 		}
 		gpu.ECCEnabled = *d.ECCEnabled
 	}
+	if d.Fabric != nil {
+		if !gpu.Model.NVML.GPUFabric {
+			return fmt.Errorf("%s: model %q has no NVLink fabric information (set nvml.gpuFabric on the model)", join(at, "fabric"), gpu.Model.Name)
+		}
+		f, err := d.Fabric.apply(join(at, "fabric"), gpu.Fabric)
+		if err != nil {
+			return err
+		}
+		gpu.Fabric = f
+	}
 	if d.MIGDevices != nil {
 		if !gpu.Model.MIGCapable() {
 			return fmt.Errorf("%s: model %q is not MIG-capable", join(at, "migDevices"), gpu.Model.Name)

@@ -38,6 +38,8 @@ type Options struct {
 // fallen off the bus answers nothing) is left out of node.GPUs and listed in
 // node.Unavailable instead: an advertised device with wrong facts would be
 // worse than none, and one broken GPU must not take the node's others down.
+// Optional facts (PCIe root, NUMA node, NVLink domain, NVLink fabric) are
+// left out where they cannot be read (fabric.go).
 func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Node, error) {
 	logger := klog.FromContext(ctx)
 	node := &model.Node{}
@@ -57,6 +59,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 	if ret != nvml.SUCCESS {
 		return nil, nvmlError("get device count", ret)
 	}
+	fabricCalls := lookupFabricCalls(lib)
 	resolver, _ := lib.(PCIeRootResolver)
 	numaResolver, _ := lib.(NUMANodeResolver)
 	handles := make([]nvml.Device, 0, count)
@@ -65,7 +68,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		var gpu model.GPU
 		var err error
 		if ret == nvml.SUCCESS {
-			gpu, err = describe(ctx, dev, i)
+			gpu, err = describe(ctx, dev, i, fabricCalls)
 		} else {
 			dev, err = nil, nvmlError(fmt.Sprintf("get handle of GPU %d", i), ret)
 		}
@@ -85,15 +88,22 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 			gpu.NUMANeighbours = numaNeighbours(ctx, *gpu.NUMANode, opts)
 		}
 		logger.V(4).Info("Discovered GPU", "index", gpu.Index, "minor", gpu.Minor, "uuid", gpu.UUID,
-			"product", gpu.ProductName, "pciBusID", gpu.PCIBusID, "pcieRoot", gpu.PCIeRoot, "migEnabled", gpu.MIGEnabled)
+			"product", gpu.ProductName, "pciBusID", gpu.PCIBusID, "pcieRoot", gpu.PCIeRoot, "migEnabled", gpu.MIGEnabled,
+			"clique", gpu.Fabric.Clique())
+		if f := gpu.Fabric; f != nil && !f.Attached() {
+			logger.V(2).Info("GPU not attached to a multi-node NVLink fabric, publishing no clique", "uuid", gpu.UUID,
+				"fabricState", f.State, "fabricError", f.Error, "clusterUUID", f.ClusterUUID)
+		}
 		node.GPUs = append(node.GPUs, gpu)
 		handles = append(handles, dev)
 	}
 	nvlinkDomains(ctx, handles, node.GPUs)
+	logCliques(ctx, node.GPUs)
 	return node, nil
 }
 
-func describe(ctx context.Context, dev nvml.Device, index int) (model.GPU, error) {
+// describe reads one GPU's facts; calls are the fabric calls the library has.
+func describe(ctx context.Context, dev nvml.Device, index int, calls fabricCalls) (model.GPU, error) {
 	gpu := model.GPU{Index: index}
 	var ret nvml.Return
 	if gpu.UUID, ret = dev.GetUUID(); ret != nvml.SUCCESS {
@@ -161,6 +171,11 @@ func describe(ctx context.Context, dev nvml.Device, index int) (model.GPU, error
 			return gpu, err
 		}
 	}
+	f, err := fabric(ctx, dev, gpu.UUID, calls)
+	if err != nil {
+		return gpu, err
+	}
+	gpu.Fabric = f
 	return gpu, nil
 }
 

@@ -76,8 +76,19 @@ func fakeLib(failOn string, mig nvml.Return) *mock.Interface {
 		GetEccModeFunc: func() (nvml.EnableState, nvml.EnableState, nvml.Return) {
 			return nvml.FEATURE_ENABLED, nvml.FEATURE_ENABLED, ret("ecc")
 		},
+		// An L4 has no NVLink fabric.
+		GetGpuFabricInfoFunc: func() (nvml.GpuFabricInfo, nvml.Return) { return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED },
 	}
 	return &mock.Interface{
+		// A library without the versioned fabric call (a driver before R550).
+		ExtensionsFunc: func() nvml.ExtendedInterface {
+			return &mock.ExtendedInterface{LookupSymbolFunc: func(sym string) error {
+				if sym == fabricInfoVSymbol {
+					return errors.New("undefined symbol: " + sym)
+				}
+				return nil
+			}}
+		},
 		SystemGetDriverVersionFunc:     func() (string, nvml.Return) { return "550.54.15", ret("driver") },
 		SystemGetCudaDriverVersionFunc: func() (int, nvml.Return) { return 12040, ret("cuda") },
 		DeviceGetCountFunc:             func() (int, nvml.Return) { return 1, ret("count") },

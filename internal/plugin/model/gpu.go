@@ -45,6 +45,9 @@ type GPU struct {
 	// connected by NVLink (directly or through NVSwitch) with this one: the
 	// UUID of the group's first GPU. Empty when the GPU has no NVLink peer.
 	NVLinkDomain string `json:"nvlinkDomain,omitempty"`
+	// Fabric is the GPU's place in a multi-node NVLink fabric; nil when
+	// NVML reports none (NOT_SUPPORTED: no fabric, or not asked).
+	Fabric *Fabric `json:"fabric,omitempty"`
 	// MIG is the MIG geometry of a MIG-capable GPU; nil otherwise. It lists
 	// every profile of the GPU, published or not.
 	MIG *MIGGeometry `json:"mig,omitempty"`

@@ -134,8 +134,11 @@ func migDevice(node *model.Node, gpu *model.GPU, profile string, profileID uint3
 	attrs := maps.Clone(parent.Attributes)
 	delete(attrs, AttrUUID)
 	delete(attrs, AttrMIGCapable)
-	// MIG devices do not do peer-to-peer over NVLink.
+	// MIG devices do not do peer-to-peer over NVLink; nor is a MIG device
+	// claimed to reach the multi-node NVLink fabric.
 	delete(attrs, AttrNVLinkDomain)
+	delete(attrs, AttrCliqueID)
+	delete(attrs, AttrFabricBandwidthDegraded)
 	attrs[AttrType] = str(DeviceTypeMIG)
 	attrs[AttrParentUUID] = str(gpu.UUID)
 	attrs[AttrProfile] = str(profile)

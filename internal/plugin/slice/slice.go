@@ -40,6 +40,15 @@ const (
 	// connected by NVLink (model.GPU.NVLinkDomain); absent without NVLink.
 	// Use it in matchAttribute constraints to get NVLink-connected GPUs.
 	AttrNVLinkDomain resourceapi.QualifiedName = "nvlinkDomain"
+	// AttrCliqueID is the GPU's multi-node NVLink clique (a GB200 NVL72
+	// rack's fabric), "<cluster UUID>.<clique ID>" as NVIDIA's drivers name
+	// cliques (model.Fabric.Clique); absent unless the fabric manager
+	// registered the GPU without error in a multi-node fabric. NVIDIA's GPU
+	// plugin publishes no such attribute: the name is gpudra's in both modes.
+	AttrCliqueID resourceapi.QualifiedName = "cliqueID"
+	// AttrFabricBandwidthDegraded is NVML's fabric health: the GPU's NVLink
+	// fabric bandwidth is degraded; absent where the driver does not report it.
+	AttrFabricBandwidthDegraded resourceapi.QualifiedName = "fabricBandwidthDegraded"
 
 	CapacityMemory resourceapi.QualifiedName = "memory"
 
@@ -196,6 +205,14 @@ func gpuDevice(node *model.Node, gpu *model.GPU) (resourceapi.Device, error) {
 	}
 	if gpu.NVLinkDomain != "" {
 		attrs[AttrNVLinkDomain] = str(gpu.NVLinkDomain)
+	}
+	if c := gpu.Fabric.Clique(); c != "" {
+		attrs[AttrCliqueID] = str(c)
+	}
+	if gpu.Fabric != nil {
+		if degraded, ok := gpu.Fabric.Health[model.FabricDegradedBandwidth]; ok {
+			attrs[AttrFabricBandwidthDegraded] = resourceapi.DeviceAttribute{BoolValue: &degraded}
+		}
 	}
 	if gpu.NUMANode != nil {
 		attr, err := deviceattribute.GetNUMANodeAttribute(*gpu.NUMANode, deviceattribute.ScalarAttribute)

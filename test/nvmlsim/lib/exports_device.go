@@ -209,3 +209,13 @@ func nvmlEventSetWait(set uintptr, data unsafe.Pointer, timeoutMs uint32) int32 
 func nvmlEventSetWait_v2(set uintptr, data unsafe.Pointer, timeoutMs uint32) int32 {
 	return r(lib.EventSetWait("nvmlEventSetWait_v2", set, data, timeoutMs))
 }
+
+//export nvmlDeviceGetGpuFabricInfo
+func nvmlDeviceGetGpuFabricInfo(d uintptr, p unsafe.Pointer) int32 {
+	return r(lib.DeviceGetGpuFabricInfo(d, p))
+}
+
+//export nvmlDeviceGetGpuFabricInfoV
+func nvmlDeviceGetGpuFabricInfoV(d uintptr, p unsafe.Pointer) int32 {
+	return r(lib.DeviceGetGpuFabricInfoV(d, p))
+}

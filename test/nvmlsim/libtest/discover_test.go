@@ -40,7 +40,7 @@ func inProcess(t *testing.T, profile string) (*model.Node, *sim.Server) {
 // in-process sim resolves it, the library path reads sysfs (empty here).
 func TestDiscoverMatchesInProcess(t *testing.T) {
 	profiles := append(sim.Builtin(), staticMIG)
-	require.Len(t, profiles, 8)
+	require.Len(t, profiles, 9)
 	for _, profile := range profiles {
 		t.Run(profile, func(t *testing.T) {
 			root := newRoot(t, profile)
