@@ -189,7 +189,7 @@ func mpsDaemons(t *testing.T, pipeDir string) []int {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if !strings.Contains(string(cmdline), "mps-control") {
+		if !isMPSDaemon(string(cmdline)) {
 			continue
 		}
 		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
@@ -198,6 +198,19 @@ func mpsDaemons(t *testing.T, pipeDir string) []int {
 		}
 	}
 	return pids
+}
+
+// isMPSDaemon tells a control daemon (nvidia-cuda-mps-control -f or -d)
+// from the control tool run as a client (no argument, commands on stdin):
+// the daemon Pod and the plugin both run clients for a moment after the
+// daemon answers (settings, probes), and a client counted as a second
+// daemon failed TestHealthWithDynamicMIGAndMPS.
+func isMPSDaemon(cmdline string) bool {
+	args := strings.Split(strings.TrimRight(cmdline, "\x00"), "\x00")
+	if len(args) < 2 || !strings.Contains(args[0], "mps-control") {
+		return false
+	}
+	return slices.Contains(args[1:], "-f") || slices.Contains(args[1:], "-d")
 }
 
 func waitDaemonState(t *testing.T, logDir string, ok func(*fakegpu.MPSState) bool) *fakegpu.MPSState {
