@@ -13,14 +13,27 @@ import (
 // where the failure and what was cleaned up after it are.
 const maxLines = 400
 
-// failure is a failed top-level test: its lines, and those of each of its
-// subtests (from the subtest's "=== RUN" to the next one), in order.
+// failure is a failed top-level test: its lines, and where in them each of
+// its subtests starts (its "=== RUN"; it runs to the next one), in order.
 type failure struct {
 	name       string
 	lines      []string
-	subs       []string
-	subLines   map[string][]string
+	subs       []subtest
 	failedSubs []string
+}
+
+type subtest struct {
+	name  string
+	start int
+}
+
+// subLines are the lines of f's i-th subtest.
+func (f *failure) subLines(i int) []string {
+	end := len(f.lines)
+	if i+1 < len(f.subs) {
+		end = f.subs[i+1].start
+	}
+	return f.lines[f.subs[i].start:end]
 }
 
 // subVerdict is a subtest's "--- FAIL" line, which go test -v prints
@@ -41,7 +54,6 @@ func copyAndSummarize(r io.Reader, w io.Writer, limit int) error {
 	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
 	var (
 		cur    *failure // the running top-level test
-		sub    string   // its running subtest
 		failed []*failure
 		last   *failure // the last test that ended failed
 	)
@@ -51,20 +63,16 @@ func copyAndSummarize(r io.Reader, w io.Writer, limit int) error {
 			return err
 		}
 		if name, ok := topLevel(line, "=== RUN   "); ok {
-			cur, sub, last = &failure{name: name, subLines: map[string][]string{}}, "", nil
+			cur, last = &failure{name: name}, nil
 		}
 		if m := subVerdict.FindStringSubmatch(line); m != nil && last != nil && strings.HasPrefix(m[1], last.name+"/") {
 			last.failedSubs = append(last.failedSubs, m[1])
 		}
 		if cur != nil {
-			cur.lines = append(cur.lines, line)
 			if name, ok := strings.CutPrefix(line, "=== RUN   "); ok && strings.HasPrefix(name, cur.name+"/") {
-				sub = strings.TrimSpace(name)
-				cur.subs = append(cur.subs, sub)
+				cur.subs = append(cur.subs, subtest{strings.TrimSpace(name), len(cur.lines)})
 			}
-			if sub != "" {
-				cur.subLines[sub] = append(cur.subLines[sub], line)
-			}
+			cur.lines = append(cur.lines, line)
 		}
 		for _, verdict := range []string{"--- FAIL: ", "--- PASS: ", "--- SKIP: "} {
 			name, ok := topLevel(line, verdict)
@@ -75,7 +83,7 @@ func copyAndSummarize(r io.Reader, w io.Writer, limit int) error {
 				failed = append(failed, cur)
 				last = cur
 			}
-			cur, sub = nil, ""
+			cur = nil
 		}
 		if err := bw.Flush(); err != nil {
 			return err
@@ -100,9 +108,9 @@ func copyAndSummarize(r io.Reader, w io.Writer, limit int) error {
 			writeBlock(&sum, f.name, f.lines, limit)
 			continue
 		}
-		for _, s := range f.subs {
-			if slices.Contains(f.failedSubs, s) {
-				writeBlock(&sum, s, f.subLines[s], limit)
+		for i, s := range f.subs {
+			if slices.Contains(f.failedSubs, s.name) {
+				writeBlock(&sum, s.name, f.subLines(i), limit)
 			}
 		}
 	}
