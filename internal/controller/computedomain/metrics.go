@@ -7,10 +7,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// Metric names, documented in docs/computedomains.md.
+// Metric names, documented in docs/health-and-telemetry.md and docs/computedomains.md.
 const (
 	// MetricSyncs counts domain syncs by queue (objects, status) and result.
 	MetricSyncs = "gpudra_computedomain_syncs_total"
+	// MetricSyncSeconds is the time of one sync.
+	MetricSyncSeconds = "gpudra_computedomain_sync_duration_seconds"
 	// MetricWrites counts the controller's API writes by object (finalizer,
 	// template, daemonset, status, delete) and result: success, conflict
 	// (HTTP 409), throttled (HTTP 429) or error.
@@ -45,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricSyncs,
 			Help: "ComputeDomain syncs by queue (objects, status) and result (success, error)."}, []string{"queue", "result"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricSyncs[:len(MetricSyncs)-len("_total")] + "_duration_seconds",
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricSyncSeconds,
 			Help: "Time of one ComputeDomain sync.", Buckets: []float64{0.0001, 0.001, 0.01, 0.1, 0.5, 1, 5}}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricWrites,
 			Help: "API writes of the ComputeDomain controller by object and result (success, conflict: HTTP 409, throttled: HTTP 429, error)."},
