@@ -134,6 +134,32 @@ func TestDeleteCleansUp(t *testing.T) {
 	}
 }
 
+// TestRecreatedDomain: a domain deleted without the controller's cleanup
+// and created again under the same name gets new objects; the old ones,
+// whose daemons know the old UID, are deleted, the channel template (same
+// name) replaced.
+func TestRecreatedDomain(t *testing.T) {
+	e := newEnv(t, compat.Default(), []schema.GroupVersionResource{nativeGVR}, nil,
+		domainObj(v1alpha1.SchemeGroupVersion, "team-a", "train", "uid-1", 0, "chan", ""))
+	e.run(t)
+	ctx := context.Background()
+	label := compat.Default().ComputeDomain().Label
+	require.Eventually(t, func() bool {
+		_, err := e.kube.AppsV1().DaemonSets(driverNS).Get(ctx, "computedomain-uid-1", metav1.GetOptions{})
+		return err == nil
+	}, waitFor, tick)
+	cds := e.dyn.Resource(nativeGVR).Namespace("team-a")
+	require.NoError(t, cds.Delete(ctx, "train", metav1.DeleteOptions{}))
+	_, err := cds.Create(ctx, domainObj(v1alpha1.SchemeGroupVersion, "team-a", "train", "uid-2", 0, "chan", "All"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, errOld := e.kube.AppsV1().DaemonSets(driverNS).Get(ctx, "computedomain-uid-1", metav1.GetOptions{})
+		_, errNew := e.kube.AppsV1().DaemonSets(driverNS).Get(ctx, "computedomain-uid-2", metav1.GetOptions{})
+		ch, errCh := e.kube.ResourceV1().ResourceClaimTemplates("team-a").Get(ctx, "chan", metav1.GetOptions{})
+		return apierrors.IsNotFound(errOld) && errNew == nil && errCh == nil && ch.Labels[label] == "uid-2"
+	}, waitFor, tick, "the old domain's objects are replaced by the new one's")
+}
+
 func TestStatusCoalesced(t *testing.T) {
 	names := compat.Default()
 	const nodes = 40
