@@ -24,8 +24,10 @@ const (
 // the controller and is meant for people and tools that look at the domain;
 // a workload should not wait on it.
 //
-// This release defines the API only (validation, CRDs, admission): no
-// controller acts on ComputeDomains yet. See docs/computedomains.md.
+// The gpu-controller's ComputeDomain controller creates the channel
+// template and the IMEX daemons' DaemonSet and writes the status; the node
+// side (channel devices, the daemon) does not exist yet. See
+// docs/computedomains.md.
 //
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
@@ -54,8 +56,8 @@ type ComputeDomainSpec struct {
 	// NumNodes is how many nodes the workload is expected to occupy, 0 or
 	// more. It only feeds the domain's overall status, which cannot be Ready
 	// while fewer nodes than this have joined; it holds no pod back. 0 (the
-	// default) leaves the number open: the domain is Ready whenever every
-	// node that joined is.
+	// default) leaves the number open: the domain is Ready once a node
+	// joined and whenever every node that joined is.
 	NumNodes int32 `json:"numNodes,omitempty"`
 
 	// Channel describes the ResourceClaimTemplate through which the

@@ -44,7 +44,7 @@ func runElected(ctx context.Context, client kubernetes.Interface, opts *Options,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
 					defer close(done)
-					logger.Info("Became the leader; starting the DeviceClass controller and certificate rotation")
+					logger.Info("Became the leader; starting the DeviceClass and ComputeDomain controllers and certificate rotation")
 					work(klog.NewContext(lctx, logger))
 				},
 				OnStoppedLeading: func() {

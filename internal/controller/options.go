@@ -62,7 +62,12 @@ type Options struct {
 	CertFileInterval    time.Duration
 	MetricsPort         int
 	ManageDeviceClasses bool
-	PerModelClasses     bool
+	// ComputeDomains runs the ComputeDomain controller (leader only) while
+	// a ComputeDomain CRD is served; ComputeDomainImage is its IMEX daemons'
+	// image (empty: no DaemonSets).
+	ComputeDomains     bool
+	ComputeDomainImage string
+	PerModelClasses    bool
 	// ExtendedResourceName for the gpu.gpudra.io class; empty leaves it out.
 	ExtendedResourceName string
 	// PerProfileMIGClasses keeps one class per MIG profile; each gets the
@@ -133,6 +138,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"nvidia: serve NVIDIA's DRA driver API (driver gpu.nvidia.com, classes gpu.nvidia.com and mig.nvidia.com, "+
 			"resource.nvidia.com/v1beta1 GpuConfig and MigDeviceConfig); empty for gpudra's own names.")
 	fs.BoolVar(&o.ManageDeviceClasses, "manage-device-classes", true, "Keep the gpu.gpudra.io and mig.gpudra.io DeviceClasses (leader only).")
+	fs.BoolVar(&o.ComputeDomains, "compute-domains", true,
+		"Run the ComputeDomain controller (leader only): each ComputeDomain's channel ResourceClaimTemplate, IMEX daemon DaemonSet "+
+			"and status. It waits without failing while no ComputeDomain CRD is installed.")
+	fs.StringVar(&o.ComputeDomainImage, "compute-domain-daemon-image", "",
+		"Image of the IMEX daemon pods the ComputeDomain controller creates (the chart sets the gpudra image); "+
+			"empty: no IMEX DaemonSets are created (templates and status still are).")
 	fs.BoolVar(&o.PerModelClasses, "per-model-classes", true,
 		"Also keep one DeviceClass per GPU model found in ResourceSlices, e.g. h100-80gb-hbm3.gpu.gpudra.io.")
 	fs.StringVar(&o.ExtendedResourceName, "extended-resource-name", "",

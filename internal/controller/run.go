@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/internal/controller/certs"
+	"github.com/gpudra/gpudra/internal/controller/computedomain"
 	"github.com/gpudra/gpudra/internal/controller/deviceclass"
 	"github.com/gpudra/gpudra/internal/controller/webhook"
 )
@@ -50,6 +52,10 @@ func Run(ctx context.Context, opts *Options) error {
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("create dynamic Kubernetes client: %w", err)
+	}
 	webhookLn, err := net.Listen("tcp", fmt.Sprintf(":%d", opts.WebhookPort))
 	if err != nil {
 		return fmt.Errorf("listen on --webhook-port=%d: %w", opts.WebhookPort, err)
@@ -59,7 +65,15 @@ func Run(ctx context.Context, opts *Options) error {
 		_ = webhookLn.Close()
 		return fmt.Errorf("listen on --metrics-port=%d: %w", opts.MetricsPort, err)
 	}
-	return run(ctx, opts, client, webhookLn, metricsLn)
+	return run(ctx, opts, clients{client, dyn}, webhookLn, metricsLn)
+}
+
+// clients are the API clients of the controller; dyn reads and writes
+// ComputeDomains (custom resources of one or two groups). A nil dyn turns
+// the ComputeDomain controller off.
+type clients struct {
+	kube kubernetes.Interface
+	dyn  dynamic.Interface
 }
 
 func restConfig(opts *Options) (*rest.Config, error) {
@@ -79,10 +93,11 @@ func restConfig(opts *Options) (*rest.Config, error) {
 }
 
 // run wires the components on the given listeners.
-func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhookLn, metricsLn net.Listener) error {
+func run(ctx context.Context, opts *Options, cs clients, webhookLn, metricsLn net.Listener) error {
 	if err := opts.validateOnce(); err != nil {
 		return err
 	}
+	client := cs.kube
 	logger := klog.FromContext(ctx)
 	reg := prometheus.NewRegistry()
 	holder := &certs.Holder{}
@@ -106,6 +121,10 @@ func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhoo
 		return err
 	}
 	reconciles, err := deviceclass.NewMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	cdMetrics, err := computedomain.NewMetrics(reg)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
@@ -152,7 +171,7 @@ func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhoo
 	leaderWork := func(ctx context.Context) {
 		isLeader.Set(1)
 		defer isLeader.Set(0)
-		runLeaderWork(ctx, opts, client, holder, recorder, reconciles)
+		runLeaderWork(ctx, opts, cs, holder, recorder, metrics{reconciles, cdMetrics})
 	}
 	if opts.LeaderElect {
 		g.Go("leader election", func(ctx context.Context) error { return runElected(ctx, client, opts, watchdog, leaderWork) })
@@ -162,11 +181,16 @@ func run(ctx context.Context, opts *Options, client kubernetes.Interface, webhoo
 	return g.Wait()
 }
 
-// runLeaderWork runs the DeviceClass controller and the self-managed
-// certificate rotation until ctx is done.
-func runLeaderWork(ctx context.Context, opts *Options, client kubernetes.Interface, holder *certs.Holder, recorder events.EventRecorder,
-	metrics *deviceclass.Metrics) {
+type metrics struct {
+	deviceClasses  *deviceclass.Metrics
+	computeDomains *computedomain.Metrics
+}
+
+// runLeaderWork runs the DeviceClass controller, the ComputeDomain
+// controller and the self-managed certificate rotation until ctx is done.
+func runLeaderWork(ctx context.Context, opts *Options, cs clients, holder *certs.Holder, recorder events.EventRecorder, m metrics) {
 	logger := klog.FromContext(ctx)
+	client := cs.kube
 	var wg sync.WaitGroup
 	if opts.CertMode == CertModeSelfManaged {
 		m := &certs.SelfManaged{
@@ -186,7 +210,7 @@ func runLeaderWork(ctx context.Context, opts *Options, client kubernetes.Interfa
 		ctrl, err := deviceclass.New(client, factory, recorder, deviceclass.Options{
 			PerModelClasses: opts.PerModelClasses, ExtendedResourceName: opts.ExtendedResourceName,
 			PerProfileMIGClasses: opts.PerProfileMIGClasses, MIGExtendedResourcePrefix: opts.MIGExtendedResourcePrefix,
-			MaxDerivedClasses: opts.MaxDerivedClasses, Metrics: metrics, Names: opts.Names()})
+			MaxDerivedClasses: opts.MaxDerivedClasses, Metrics: m.deviceClasses, Names: opts.Names()})
 		if err != nil {
 			logger.Error(err, "Cannot set up the DeviceClass controller")
 		} else {
@@ -198,6 +222,17 @@ func runLeaderWork(ctx context.Context, opts *Options, client kubernetes.Interfa
 				}
 			})
 		}
+	}
+	if opts.ComputeDomains && cs.dyn != nil {
+		cfg := computedomain.Config{Client: client, Dynamic: cs.dyn, Names: opts.Names(), Namespace: opts.Namespace,
+			DaemonImage: opts.ComputeDomainImage, Recorder: recorder, Metrics: m.computeDomains}
+		wg.Go(func() {
+			// It waits, without failing, while no ComputeDomain CRD is
+			// served: the DeviceClasses above do not depend on it.
+			if err := computedomain.Run(klog.NewContext(ctx, logger.WithName("computedomain")), cfg); err != nil && ctx.Err() == nil {
+				logger.Error(err, "ComputeDomain controller stopped")
+			}
+		})
 	}
 	wg.Wait()
 }

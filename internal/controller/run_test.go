@@ -23,10 +23,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/internal/controller/certs"
+	"github.com/gpudra/gpudra/internal/controller/computedomain"
 	"github.com/gpudra/gpudra/internal/controller/deviceclass"
 	"github.com/gpudra/gpudra/internal/controller/webhook"
 )
@@ -81,7 +83,11 @@ func TestRunEndToEnd(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- run(ctx, opts, client, webhookLn, metricsLn) }()
+	// The ComputeDomain controller is on (the default) while the fake API
+	// server serves no ComputeDomain CRD: it must wait without disturbing
+	// the DeviceClasses (computeDomains.installCRDs=false).
+	dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+	go func() { done <- run(ctx, opts, clients{kube: client, dyn: dyn}, webhookLn, metricsLn) }()
 	defer func() {
 		cancel()
 		require.NoError(t, <-done)
@@ -141,6 +147,7 @@ func TestRunEndToEnd(t *testing.T) {
 		CertExpiryMetric + " ",
 		webhook.DecisionsMetric + `{decision="denied",kind="ResourceClaim"} 1`,
 		"go_goroutines ",
+		computedomain.MetricServed + " 0",
 	} {
 		assert.Contains(t, metrics, want)
 	}
@@ -200,7 +207,7 @@ func TestFilesModeWithoutLeaderElection(t *testing.T) {
 	metricsLn := listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- run(ctx, opts, fake.NewClientset(), listen(t), metricsLn) }()
+	go func() { done <- run(ctx, opts, clients{kube: fake.NewClientset()}, listen(t), metricsLn) }()
 	defer func() {
 		cancel()
 		require.NoError(t, <-done)

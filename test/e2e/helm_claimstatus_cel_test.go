@@ -14,12 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
-	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/gpudra/gpudra/test/chart"
 )
 
 // TestHelmClaimStatusPolicyRules evaluates the chart's claim-status policy
@@ -87,35 +86,7 @@ func TestHelmClaimStatusPolicyRules(t *testing.T) {
 // and message expressions as the API server's admission plugin does.
 func compilePolicy(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy) validating.Validator {
 	t.Helper()
-	withAuthz := cel.OptionalVariableDeclarations{HasAuthorizer: true}
-	c, err := cel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vars []cel.NamedExpressionAccessor
-	for _, v := range p.Spec.Variables {
-		vars = append(vars, &validating.Variable{Name: v.Name, Expression: v.Expression})
-	}
-	c.CompileAndStoreVariables(vars, withAuthz, environment.StoredExpressions)
-	var matches []cel.ExpressionAccessor
-	for i := range p.Spec.MatchConditions {
-		matches = append(matches, (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i]))
-	}
-	var validations, messages []cel.ExpressionAccessor
-	for _, v := range p.Spec.Validations {
-		validations = append(validations, &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason})
-		var m cel.ExpressionAccessor
-		if v.MessageExpression != "" {
-			m = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
-		}
-		messages = append(messages, m)
-	}
-	return validating.NewValidator(
-		c.CompileCondition(validations, withAuthz, environment.StoredExpressions),
-		matchconditions.NewMatcher(c.CompileCondition(matches, withAuthz, environment.StoredExpressions), p.Spec.FailurePolicy, "policy", "validate", p.Name),
-		c.CompileCondition(nil, withAuthz, environment.StoredExpressions),
-		c.CompileCondition(messages, cel.OptionalVariableDeclarations{}, environment.StoredExpressions),
-		p.Spec.FailurePolicy, nil)
+	return chart.CompilePolicy(t, p)
 }
 
 // evalPolicy runs v on a status update of a claim by userName, whose token

@@ -271,7 +271,8 @@ func checkDefault(t *testing.T, _ string, objs []*unstructured.Unstructured) {
 	if env["NODE_NAME"] != "spec.nodeName" || env["POD_UID"] != "metadata.uid" {
 		t.Errorf("plugin env from the downward API %v, want NODE_NAME and POD_UID", env)
 	}
-	checkControllerArgs(t, objs, "--cert-mode=self-managed", "--extended-resource-name=nvidia.com/gpu", "--per-model-classes=true", "--max-derived-classes=64")
+	checkControllerArgs(t, objs, "--cert-mode=self-managed", "--extended-resource-name=nvidia.com/gpu", "--per-model-classes=true", "--max-derived-classes=64",
+		"--compute-domains=true")
 	checkWebhookMirrorsRecommended(t, objs)
 	if len(find(objs, "DeviceClass")) != 0 {
 		t.Error("DeviceClasses rendered although the controller manages them")

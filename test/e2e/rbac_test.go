@@ -54,6 +54,14 @@ func TestHelmControllerRBACLeastPrivilege(t *testing.T) {
 	t.Logf("the controller may, beyond any ServiceAccount:\n  %s", strings.Join(got, "\n  "))
 	want := []string{
 		"admissionregistration.k8s.io/validatingwebhookconfigurations get,list,update,watch " + name,
+		// The ComputeDomain controller (computeDomains.controller, on by
+		// default): its IMEX DaemonSets and their pods in its namespace,
+		// the domains' templates anywhere, finalizer and status patches.
+		"apps/daemonsets create,delete,list,watch ",
+		"core/pods list,watch ",
+		"resource.gpudra.io/computedomains list,patch,watch ",
+		"resource.gpudra.io/computedomains/status patch ",
+		"resource.k8s.io/resourceclaimtemplates create,delete,list,watch ",
 		"coordination.k8s.io/leases create ",
 		"coordination.k8s.io/leases get,update " + name,
 		"core/secrets create ",

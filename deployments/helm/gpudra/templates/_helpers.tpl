@@ -39,6 +39,18 @@ directory, RBAC, admission policy, NOTES) and the base DeviceClass names
 {{- if eq (include "gpudra.compatibility" .) "nvidia" -}}gpu.nvidia.com{{- else -}}gpu.gpudra.io{{- end -}}
 {{- end -}}
 
+{{/*
+A ComputeDomain name of the mode (compat.Names.ComputeDomain, whose test
+compares them): "driver", "channelClass", "daemonClass" or "label".
+*/}}
+{{- define "gpudra.computeDomainName" -}}
+{{- $what := index . 0 -}}{{- $ctx := index . 1 -}}
+{{- $domain := ternary "nvidia.com" "gpudra.io" (eq (include "gpudra.compatibility" $ctx) "nvidia") -}}
+{{- $names := dict "driver" (printf "compute-domain.%s" $domain) "channelClass" (printf "compute-domain-default-channel.%s" $domain)
+  "daemonClass" (printf "compute-domain-daemon.%s" $domain) "label" (printf "resource.%s/computeDomain" $domain) -}}
+{{- required (printf "gpudra.computeDomainName: unknown name %q" $what) (get $names $what) -}}
+{{- end -}}
+
 {{/* The DeviceClass of a device type ("gpu" or "mig"): <type>.gpudra.io, or <type>.nvidia.com in the NVIDIA mode. */}}
 {{- define "gpudra.className" -}}
 {{- $type := index . 0 -}}{{- $ctx := index . 1 -}}

@@ -1,0 +1,25 @@
+// Package computedomain is the ComputeDomain controller of the gpu-controller
+// (leader only). For each ComputeDomain (gpudra's resource.gpudra.io group,
+// and NVIDIA's resource.nvidia.com in the NVIDIA mode) it
+//
+//   - adds a finalizer, so that what it creates is removed with the domain;
+//   - creates the workload's ResourceClaimTemplate named in
+//     spec.channel.resourceClaimTemplate (in the domain's namespace, owned by
+//     the domain), which asks for an IMEX channel of the domain;
+//   - creates, in the driver's namespace, one DaemonSet of IMEX daemons per
+//     domain and the ResourceClaimTemplate of the daemons' own claims. The
+//     DaemonSet selects nodes by the domain's node label, which the node side
+//     sets on the nodes the workload's channel claims are prepared on;
+//   - writes the status from the daemons' pods (node, address, readiness)
+//     and the nodes' clique IDs (from the GPU driver's ResourceSlices): the
+//     controller is the only writer, patches without a resourceVersion, and
+//     coalesces bursts of pod events into one write per domain;
+//   - on deletion, deletes the DaemonSet and both templates and then removes
+//     its finalizer; children left by a domain that disappeared without the
+//     finalizer (or that was recreated under the same name) are deleted too.
+//
+// The ComputeDomain CRDs are optional: Run watches discovery and runs the
+// controller only while at least one of the mode's groups is served, so the
+// rest of the gpu-controller (DeviceClasses, the webhook) works without them.
+// docs/computedomains.md has the design and why.
+package computedomain
