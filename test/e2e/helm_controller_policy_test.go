@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,8 +28,9 @@ import (
 // ServiceAccount, RBAC and ValidatingAdmissionPolicies from the chart (under
 // a release name of its own, removed afterwards) and acts as that
 // ServiceAccount: its RBAC lets it create any DeviceClass and any Secret in
-// its namespace, the policies confine it to the classes it writes and its
-// certificate Secret. Every write is a dry run.
+// its namespace, the policies confine it to the classes it writes, its
+// certificate Secret and the DaemonSets of ComputeDomains. Every write is a
+// dry run.
 func TestHelmControllerAdmissionPolicy(t *testing.T) {
 	skipWithoutHelm(t)
 	ns := namespace(t)
@@ -44,17 +46,19 @@ func TestHelmControllerAdmissionPolicy(t *testing.T) {
 			}
 		}
 	}
-	if len(objs) != 9 {
-		t.Fatalf("found %d controller RBAC and policy objects, want 9 (ServiceAccount, two roles and bindings, two policies and bindings)", len(objs))
+	if len(objs) != 11 {
+		t.Fatalf("found %d controller RBAC and policy objects, want 11 (ServiceAccount, two roles and bindings, "+
+			"three policies and bindings)", len(objs))
 	}
 	path := writeList(t, objs)
 	if out, err := kubectl("apply", "-f", path); err != nil {
 		t.Fatalf("install the controller's RBAC and policies: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { _, _ = kubectl("delete", "--ignore-not-found", "--wait=false", "-f", path) })
-	classPolicy, secretPolicy := name+"-deviceclasses", name+"-secrets"
+	classPolicy, secretPolicy, domainPolicy := name+"-deviceclasses", name+"-secrets", name+"-computedomains"
 	waitPolicyTypeChecked(t, classPolicy)
 	waitPolicyTypeChecked(t, secretPolicy)
+	waitPolicyTypeChecked(t, domainPolicy)
 
 	c := impersonate(t, "system:serviceaccount:"+ns+":"+name, "")
 	other := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: release + ".example.com",
@@ -99,12 +103,17 @@ func TestHelmControllerAdmissionPolicy(t *testing.T) {
 		{"create another Secret", createSecret(c, ns, "other", corev1.SecretTypeOpaque, nil), false},
 		{"mint a ServiceAccount token", createSecret(c, ns, "token", corev1.SecretTypeServiceAccountToken,
 			map[string]string{corev1.ServiceAccountNameKey: "default"}), false},
+		// Its RBAC lets it create DaemonSets in its namespace; the policy
+		// admits only the IMEX DaemonSets of ComputeDomains
+		// (internal/controller/computedomain's TestChartMatchesController
+		// checks the admitted shapes offline).
+		{"create a DaemonSet that is not a ComputeDomain's", createDaemonSet(c, ns, "other"), false},
 	} {
 		switch {
 		case tc.allowed && tc.err != nil:
 			t.Errorf("%s: refused: %v", tc.name, tc.err)
 		case !tc.allowed && !isPolicyDenial(tc.err):
-			t.Errorf("%s: want a denial by %s or %s, got %v", tc.name, classPolicy, secretPolicy, tc.err)
+			t.Errorf("%s: want a denial by %s, %s or %s, got %v", tc.name, classPolicy, secretPolicy, domainPolicy, tc.err)
 		}
 	}
 }
@@ -133,6 +142,16 @@ func updateClass(c kubernetes.Interface, name string, edit func(*resourceapi.Dev
 	}
 	edit(d)
 	_, err = c.ResourceV1().DeviceClasses().Update(context.Background(), d, metav1.UpdateOptions{DryRun: dryRun})
+	return err
+}
+
+func createDaemonSet(c kubernetes.Interface, ns, name string) error {
+	labels := map[string]string{"app": name}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.example.com/any"}}}}}}
+	_, err := c.AppsV1().DaemonSets(ns).Create(context.Background(), ds, metav1.CreateOptions{DryRun: dryRun})
 	return err
 }
 
