@@ -48,3 +48,16 @@ func (l *Library) DeviceGetGpuFabricInfoV(h uintptr, p unsafe.Pointer) nvml.Retu
 		return store(p, v, nvml.SUCCESS)
 	})
 }
+
+// DeviceGetAddressingMode is nvmlDeviceGetAddressingMode; the caller sets
+// the struct version (v1). A profile whose driver predates the call
+// answers ERROR_FUNCTION_NOT_FOUND (test/sim/addressing.go).
+func (l *Library) DeviceGetAddressingMode(h uintptr, p unsafe.Pointer) nvml.Return {
+	return l.onDevice(sim.AddressingModeSymbol, h, func(d nvml.Device) nvml.Return {
+		if ret := checkVersion(p, sim.AddressingModeV1); ret != nvml.SUCCESS {
+			return ret
+		}
+		v, ret := d.GetAddressingMode()
+		return store(p, v, ret)
+	})
+}

@@ -38,6 +38,7 @@ type nvmlSpec struct {
 	UnifiedMemory    bool                  `json:"unifiedMemory"`
 	MIGProfileErrors []migProfileErrorSpec `json:"migProfileErrors"`
 	GPUFabric        bool                  `json:"gpuFabric"`
+	AddressingMode   string                `json:"addressingMode"`
 }
 
 type migProfileErrorSpec struct {
@@ -58,6 +59,8 @@ type NVMLCapabilities struct {
 	// answers nvmlDeviceGetGpuFabricInfo(V) (fabric.go); without it they
 	// answer NOT_SUPPORTED.
 	GPUFabric bool
+	// AddressingMode is what nvmlDeviceGetAddressingMode answers (addressing.go).
+	AddressingMode AddressingMode
 }
 
 // migGeometryCalls are the calls migProfileErrors may make fail.
@@ -70,7 +73,7 @@ var geometryReturns = map[string]nvml.Return{
 }
 
 func (s *nvmlSpec) validate(at string, arch nvml.DeviceArchitecture, mig *MIG) (NVMLCapabilities, error) {
-	c := NVMLCapabilities{NUMANodeID: NUMANodeIDNotSupported}
+	c := NVMLCapabilities{NUMANodeID: NUMANodeIDNotSupported, AddressingMode: AddressingNotSupported}
 	if s == nil {
 		return c, nil
 	}
@@ -88,6 +91,11 @@ func (s *nvmlSpec) validate(at string, arch nvml.DeviceArchitecture, mig *MIG) (
 		return c, fmt.Errorf("%s: only for Hopper or newer GPUs", join(at, "gpuFabric"))
 	}
 	c.GPUFabric = s.GPUFabric
+	mode, err := parseAddressingMode(join(at, "addressingMode"), s.AddressingMode, arch)
+	if err != nil {
+		return c, err
+	}
+	c.AddressingMode = mode
 	for i, e := range s.MIGProfileErrors {
 		here := fmt.Sprintf("%s[%d]", join(at, "migProfileErrors"), i)
 		if mig == nil {
@@ -138,6 +146,7 @@ func (d *device) setCapabilityFuncs() {
 		}
 		return 0, nvml.ERROR_NOT_SUPPORTED
 	}
+	d.GetAddressingModeFunc = func() (nvml.DeviceAddressingMode, nvml.Return) { return d.addressingMode() }
 	if c.UnifiedMemory {
 		d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_NOT_SUPPORTED }
 		d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) { return nvml.Memory_v2{}, nvml.ERROR_NOT_SUPPORTED }

@@ -169,7 +169,13 @@ func driverAtLeast(driverVersion string, branch int) bool {
 // missingSymbol reports whether the profile's driver lacks an NVML function
 // the simulated library defines (LookupSymbol answers an error for it).
 func (s *Server) missingSymbol(name string) bool {
-	return name == "nvmlDeviceGetGpuFabricInfoV" && !driverAtLeast(s.profile.DriverVersion, fabricInfoVBranch)
+	switch name {
+	case "nvmlDeviceGetGpuFabricInfoV":
+		return !driverAtLeast(s.profile.DriverVersion, fabricInfoVBranch)
+	case AddressingModeSymbol:
+		return !driverAtLeast(s.profile.DriverVersion, addressingModeBranch)
+	}
+	return false
 }
 
 // fabricInfo is what NVML reports of the GPU's fabric: zero UUID and clique

@@ -210,11 +210,30 @@ func TestFabricEntryErrors(t *testing.T) {
 		{"gpuFabric before Hopper", `models:
   - {name: old, productName: Old, architecture: Ampere, computeCapability: "8.0", memory: 40Gi, pciDeviceID: "0x20B010DE", nvml: {gpuFabric: true}}
 gpus: [{model: old}]`, "models[0].nvml.gpuFabric: only for Hopper or newer GPUs"},
+		{"unknown addressing mode", `models:
+  - {name: m, productName: M, architecture: Hopper, computeCapability: "9.0", memory: 80Gi, pciDeviceID: "0x233010DE", nvml: {addressingMode: svm}}
+gpus: [{model: m}]`, `models[0].nvml.addressingMode: "svm" is not one of not-supported, none, hmm, ats`},
+		{"addressing mode before Turing", `models:
+  - {name: v, productName: V, architecture: Volta, computeCapability: "7.0", memory: 32Gi, pciDeviceID: "0x1DB610DE", nvml: {addressingMode: hmm}}
+gpus: [{model: v}]`, "models[0].nvml.addressingMode: hmm only for Turing or newer GPUs"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte("name: bad\ndriverVersion: \"580.82.07\"\ncudaDriverVersion: \"13.0\"\n" + tc.doc + "\n"))
 			require.ErrorContains(t, err, tc.want)
 		})
+	}
+}
+
+// TestAddressingModeSymbol: the in-process server reports the addressing
+// mode's call missing under a driver older than the simulator gives it.
+func TestAddressingModeSymbol(t *testing.T) {
+	for profile, has := range map[string]bool{"gb200-nvl72-tray": true, "hgx-b200": true, "dgx-h100": false, "gh200": false} {
+		p, err := Load(profile, nil)
+		require.NoError(t, err)
+		srv := NewServer(p, "n")
+		require.Equal(t, nvml.SUCCESS, srv.Init())
+		assert.Equal(t, has, srv.Extensions().LookupSymbol(AddressingModeSymbol) == nil, profile)
+		_ = srv.Shutdown()
 	}
 }

@@ -59,7 +59,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 	if ret != nvml.SUCCESS {
 		return nil, nvmlError("get device count", ret)
 	}
-	fabricCalls := lookupFabricCalls(lib)
+	calls := lookupOptionalCalls(lib)
 	resolver, _ := lib.(PCIeRootResolver)
 	numaResolver, _ := lib.(NUMANodeResolver)
 	handles := make([]nvml.Device, 0, count)
@@ -68,7 +68,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		var gpu model.GPU
 		var err error
 		if ret == nvml.SUCCESS {
-			gpu, err = describe(ctx, dev, i, fabricCalls)
+			gpu, err = describe(ctx, dev, i, calls)
 		} else {
 			dev, err = nil, nvmlError(fmt.Sprintf("get handle of GPU %d", i), ret)
 		}
@@ -102,8 +102,8 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 	return node, nil
 }
 
-// describe reads one GPU's facts; calls are the fabric calls the library has.
-func describe(ctx context.Context, dev nvml.Device, index int, calls fabricCalls) (model.GPU, error) {
+// describe reads one GPU's facts; calls are the optional calls the library has.
+func describe(ctx context.Context, dev nvml.Device, index int, calls optionalCalls) (model.GPU, error) {
 	gpu := model.GPU{Index: index}
 	var ret nvml.Return
 	if gpu.UUID, ret = dev.GetUUID(); ret != nvml.SUCCESS {
@@ -176,6 +176,9 @@ func describe(ctx context.Context, dev nvml.Device, index int, calls fabricCalls
 		return gpu, err
 	}
 	gpu.Fabric = f
+	if gpu.AddressingMode, err = addressingMode(ctx, dev, gpu.UUID, calls); err != nil {
+		return gpu, err
+	}
 	return gpu, nil
 }
 

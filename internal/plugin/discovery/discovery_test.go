@@ -78,6 +78,10 @@ func fakeLib(failOn string, mig nvml.Return) *mock.Interface {
 		},
 		// An L4 has no NVLink fabric.
 		GetGpuFabricInfoFunc: func() (nvml.GpuFabricInfo, nvml.Return) { return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED },
+		// An x86 host without HMM.
+		GetAddressingModeFunc: func() (nvml.DeviceAddressingMode, nvml.Return) {
+			return nvml.DeviceAddressingMode{}, nvml.ERROR_NOT_SUPPORTED
+		},
 	}
 	return &mock.Interface{
 		// A library without the versioned fabric call (a driver before R550).

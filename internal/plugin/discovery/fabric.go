@@ -28,14 +28,15 @@ const (
 	fabricInfoVSymbol = "nvmlDeviceGetGpuFabricInfoV"
 )
 
-// fabricCalls are the fabric calls the library has: a call to a function
-// the library lacks kills the process (go-nvml binds lazily), so each is
-// looked up once, before discovery makes it.
-type fabricCalls struct{ unversioned, versioned bool }
+// optionalCalls are the NVML functions discovery calls only where the
+// library has them: a call to a function the library lacks kills the process
+// (go-nvml binds lazily), so each is looked up once, before discovery makes
+// it.
+type optionalCalls struct{ fabric, fabricV, addressingMode bool }
 
-func lookupFabricCalls(lib nvml.Interface) fabricCalls {
+func lookupOptionalCalls(lib nvml.Interface) optionalCalls {
 	has := func(sym string) bool { return lib.Extensions().LookupSymbol(sym) == nil }
-	return fabricCalls{unversioned: has(fabricInfoSymbol), versioned: has(fabricInfoVSymbol)}
+	return optionalCalls{fabric: has(fabricInfoSymbol), fabricV: has(fabricInfoVSymbol), addressingMode: has(addressingModeSymbol)}
 }
 
 // fabricHealth are the health mask's fields the model keeps, by shift; each
@@ -54,10 +55,10 @@ var fabricHealth = map[string]uint32{
 // them out (logged), so the GPU is published without a clique rather than
 // not at all; only the errors that make every other query of the GPU fail
 // (lost, reset required, a library-wide failure) are returned.
-func fabric(ctx context.Context, dev nvml.Device, uuid string, calls fabricCalls) (*model.Fabric, error) {
+func fabric(ctx context.Context, dev nvml.Device, uuid string, calls optionalCalls) (*model.Fabric, error) {
 	var f *model.Fabric
 	ret := nvml.ERROR_FUNCTION_NOT_FOUND
-	if calls.versioned {
+	if calls.fabricV {
 		var v nvml.GpuFabricInfo_v2
 		v, ret = fabricInfoV2(dev)
 		if ret == nvml.SUCCESS {
@@ -67,7 +68,7 @@ func fabric(ctx context.Context, dev nvml.Device, uuid string, calls fabricCalls
 	}
 	// Without the versioned call, or with a driver that does not take its
 	// v2 struct, the unversioned one still answers (without health).
-	if (ret == nvml.ERROR_FUNCTION_NOT_FOUND || ret == nvml.ERROR_ARGUMENT_VERSION_MISMATCH) && calls.unversioned {
+	if (ret == nvml.ERROR_FUNCTION_NOT_FOUND || ret == nvml.ERROR_ARGUMENT_VERSION_MISMATCH) && calls.fabric {
 		var v nvml.GpuFabricInfo
 		v, ret = dev.GetGpuFabricInfo()
 		if ret == nvml.SUCCESS {
@@ -79,7 +80,7 @@ func fabric(ctx context.Context, dev nvml.Device, uuid string, calls fabricCalls
 		return f, nil
 	case ret == nvml.ERROR_NOT_SUPPORTED:
 		return nil, nil
-	case ret == nvml.ERROR_FUNCTION_NOT_FOUND && !calls.unversioned:
+	case ret == nvml.ERROR_FUNCTION_NOT_FOUND && !calls.fabric:
 		return nil, nil // a driver without fabric calls: no fabric
 	}
 	err := nvmlError("get GPU fabric info", ret)

@@ -48,6 +48,11 @@ type GPU struct {
 	// Fabric is the GPU's place in a multi-node NVLink fabric; nil when
 	// NVML reports none (NOT_SUPPORTED: no fabric, or not asked).
 	Fabric *Fabric `json:"fabric,omitempty"`
+	// AddressingMode is how the GPU addresses memory the CPU allocated, as
+	// NVML reports it (nvmlDeviceGetAddressingMode): "ATS", "HMM" or "None";
+	// empty when NVML does not report one (an x86 host that supports
+	// neither, or a driver without the call).
+	AddressingMode string `json:"addressingMode,omitempty"`
 	// MIG is the MIG geometry of a MIG-capable GPU; nil otherwise. It lists
 	// every profile of the GPU, published or not.
 	MIG *MIGGeometry `json:"mig,omitempty"`

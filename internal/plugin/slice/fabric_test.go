@@ -129,3 +129,25 @@ func TestCliqueAllocation(t *testing.T) {
 		})
 	}
 }
+
+// TestAddressingModeAttribute: NVML's addressing mode is published as
+// addressingMode, NVIDIA's name and values, on GPUs and (the parent's) on
+// their MIG devices; absent where NVML reports none.
+func TestAddressingModeAttribute(t *testing.T) {
+	for profile, want := range map[string]string{"gb200-nvl72-tray": "ATS", "dgx-h100": ""} {
+		t.Run(profile, func(t *testing.T) {
+			node := simNode(t, profile, "n1")
+			mig.Apply(node, mig.ModeDynamic)
+			devices, err := slice.Devices(node)
+			require.NoError(t, err)
+			for _, d := range devices {
+				if want == "" {
+					assert.NotContains(t, d.Attributes, slice.AttrAddressingMode, d.Name)
+					continue
+				}
+				require.Contains(t, d.Attributes, slice.AttrAddressingMode, d.Name)
+				assert.Equal(t, want, *d.Attributes[slice.AttrAddressingMode].StringValue, d.Name)
+			}
+		})
+	}
+}

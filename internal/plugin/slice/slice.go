@@ -49,6 +49,11 @@ const (
 	// AttrFabricBandwidthDegraded is NVML's fabric health: the GPU's NVLink
 	// fabric bandwidth is degraded; absent where the driver does not report it.
 	AttrFabricBandwidthDegraded resourceapi.QualifiedName = "fabricBandwidthDegraded"
+	// AttrAddressingMode is how the GPU addresses memory the CPU allocated
+	// (model.GPU.AddressingMode: "ATS", "HMM" or "None"), NVIDIA's name and
+	// values; absent where NVML reports none. MIG devices carry their
+	// parent's.
+	AttrAddressingMode resourceapi.QualifiedName = "addressingMode"
 
 	CapacityMemory resourceapi.QualifiedName = "memory"
 
@@ -213,6 +218,9 @@ func gpuDevice(node *model.Node, gpu *model.GPU) (resourceapi.Device, error) {
 		if degraded, ok := gpu.Fabric.Health[model.FabricDegradedBandwidth]; ok {
 			attrs[AttrFabricBandwidthDegraded] = resourceapi.DeviceAttribute{BoolValue: &degraded}
 		}
+	}
+	if gpu.AddressingMode != "" {
+		attrs[AttrAddressingMode] = str(gpu.AddressingMode)
 	}
 	if gpu.NUMANode != nil {
 		attr, err := deviceattribute.GetNUMANodeAttribute(*gpu.NUMANode, deviceattribute.ScalarAttribute)

@@ -219,3 +219,8 @@ func nvmlDeviceGetGpuFabricInfo(d uintptr, p unsafe.Pointer) int32 {
 func nvmlDeviceGetGpuFabricInfoV(d uintptr, p unsafe.Pointer) int32 {
 	return r(lib.DeviceGetGpuFabricInfoV(d, p))
 }
+
+//export nvmlDeviceGetAddressingMode
+func nvmlDeviceGetAddressingMode(d uintptr, p unsafe.Pointer) int32 {
+	return r(lib.DeviceGetAddressingMode(d, p))
+}

@@ -79,7 +79,7 @@ func TestEveryGoNVMLSymbolExists(t *testing.T) {
 		"nvmlGpuInstanceCreateComputeInstance", "nvmlGpuInstanceGetComputeInstances", "nvmlComputeInstanceGetInfo_v2",
 		"nvmlComputeInstanceDestroy", "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlEventSetWait_v2",
 		"nvmlDeviceRegisterEvents", "nvmlDeviceGetSupportedEventTypes", "nvmlDeviceGetTotalEccErrors",
-		"nvmlDeviceGetFieldValues", "nvmlDeviceGetComputeMode", "nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV",
+		"nvmlDeviceGetFieldValues", "nvmlDeviceGetComputeMode", "nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetAddressingMode",
 		"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit",
 		"nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo",
 		"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
