@@ -81,6 +81,18 @@ func engineCounters(computeSlices int, e model.MIGEngines) map[string]resourceap
 	return c
 }
 
+// addEngineCapacities sets the multiprocessor and engine capacities of a
+// MIG device, or of a dynamically partitioned GPU (its MIG totals, as
+// NVIDIA's driver publishes the whole GPU there), zeros included.
+func addEngineCapacities(capacity map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, e model.MIGEngines) {
+	for name, v := range map[resourceapi.QualifiedName]int{
+		CapacityMultiprocessors: e.Multiprocessors, CapacityCopyEngines: e.CopyEngines, CapacityDecoders: e.Decoders,
+		CapacityEncoders: e.Encoders, CapacityJPEGEngines: e.JPEGEngines, CapacityOFAEngines: e.OFAEngines,
+	} {
+		capacity[name] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(v), resource.DecimalSI)}
+	}
+}
+
 func counter(v int64) resourceapi.Counter {
 	return resourceapi.Counter{Value: *resource.NewQuantity(v, resource.DecimalSI)}
 }
@@ -146,12 +158,7 @@ func migDevice(node *model.Node, gpu *model.GPU, profile string, profileID uint3
 	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 		CapacityMemory: {Value: *resource.NewQuantity(int64(memory), resource.BinarySI)},
 	}
-	for name, v := range map[resourceapi.QualifiedName]int{
-		CapacityMultiprocessors: e.Multiprocessors, CapacityCopyEngines: e.CopyEngines, CapacityDecoders: e.Decoders,
-		CapacityEncoders: e.Encoders, CapacityJPEGEngines: e.JPEGEngines, CapacityOFAEngines: e.OFAEngines,
-	} {
-		capacity[name] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(v), resource.DecimalSI)}
-	}
+	addEngineCapacities(capacity, e)
 	name := model.MIGDeviceName(gpu, profile, profileID, start)
 	if n := len(attrs) + len(capacity) + 1; n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
 		return resourceapi.Device{}, fmt.Errorf("MIG device %s has %d attributes and capacities, the API allows %d",

@@ -230,3 +230,27 @@ func TestRestrictedMIGProfiles(t *testing.T) {
 	require.Equal(t, allWholes, wholes)
 	require.Equal(t, allCounters, counters)
 }
+
+// TestDynamicMIGWholeGPUCapacities: in dynamic MIG the whole GPU carries
+// the multiprocessors and engines of its largest MIG profile beside its
+// memory, as NVIDIA's driver publishes it, so one request can ask for
+// "at least 100 multiprocessors" whether it gets a GPU or a MIG device.
+func TestDynamicMIGWholeGPUCapacities(t *testing.T) {
+	_, _, slices := dynamicNode(t, "dgx-h100")
+	allocated := sets.New[structured.DeviceID]()
+	r := allocateOne(t, slices, allocated, gpuClass, `device.capacity["gpu.gpudra.io"].multiprocessors.compareTo(quantity("132")) >= 0`+
+		` && device.capacity["gpu.gpudra.io"].copyEngines.compareTo(quantity("8")) >= 0`)
+	require.NotNil(t, r, "a whole H100 with its 7g profile's 132 multiprocessors and 8 copy engines")
+	require.NotContains(t, r.Device, "-mig-")
+	for _, s := range slices {
+		for _, d := range s.Spec.Devices {
+			if *d.Attributes[slice.AttrType].StringValue != slice.DeviceTypeGPU {
+				continue
+			}
+			for _, c := range []resourceapi.QualifiedName{slice.CapacityMemory, slice.CapacityMultiprocessors, slice.CapacityCopyEngines,
+				slice.CapacityDecoders, slice.CapacityEncoders, slice.CapacityJPEGEngines, slice.CapacityOFAEngines} {
+				require.Contains(t, d.Capacity, c, d.Name)
+			}
+		}
+	}
+}

@@ -93,6 +93,14 @@ func Devices(node *model.Node) ([]resourceapi.Device, error) {
 			}
 			if g.Partitioning == model.DynamicMIG {
 				d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: g.CounterSetName(), Counters: wholeCounters(g.MIG)}}
+				if d.Capacity == nil {
+					d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
+				}
+				addEngineCapacities(d.Capacity, g.MIG.Totals)
+				if n := len(d.Attributes) + len(d.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
+					return nil, fmt.Errorf("GPU %s has %d attributes and capacities, the API allows %d",
+						g.UUID, n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
+				}
 			}
 			devices = append(devices, d)
 		}
