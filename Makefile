@@ -19,7 +19,7 @@ BENCH_PKGS := ./internal/...
 
 
 # (workload-root is a file target's alias, see below)
-.PHONY: workload-root all bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd crio demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
+.PHONY: workload-root all bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd crio demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks policy-versions prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
 
 all: build
 
@@ -74,6 +74,16 @@ E2E_DEPS := prereqs-cluster build k8s-binaries containerd crio images $(HELM)
 FAILED_TESTS = $(GO) run ./test/cmd/gpudra-failed-tests
 e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-installed driver (E2E_KEEP_CLUSTER=1 keeps it)
 	set -o pipefail; $(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/ 2>&1 | $(FAILED_TESTS)
+
+# The chart's admission policies and RBAC on the oldest API servers gpudra supports (1.34, 1.35),
+# where the policies are the plugin's only confinement: each suite run has etcd and that kube-apiserver only.
+POLICY_VERSIONS ?= 1.34 1.35
+POLICY_TESTS = ^(TestHelmPluginAdmissionPolicy|TestHelmControllerAdmissionPolicy)$$
+policy-versions: k8s-binaries $(HELM) ## Chart policies and RBAC evaluated by kube-apiservers 1.34 and 1.35 (built once, ~10 min each cold)
+	for v in $(POLICY_VERSIONS); do MODULE=hack/apiserver-$$v TARGETS=kube-apiserver ./hack/build-k8s.sh || exit 1; done
+	set -e; for v in $(POLICY_VERSIONS); do \
+	  bin=$$(ls $(OUTPUT)/bin/kube-apiserver-v$$v.* | head -1); echo "== policies on $$(basename $$bin)"; \
+	  E2E_APISERVER_ONLY=$$bin $(GO) test -tags e2e -count=1 -timeout 10m -v -run '$(POLICY_TESTS)' ./test/e2e/; done
 
 bench-cluster: $(E2E_DEPS) ## Pod create->Running with and without a GPU claim on the local cluster
 	@mkdir -p $(OUTPUT)/bench

@@ -27,9 +27,7 @@ import (
 // plugin does (its own driver's entries on its own node's claims) must pass
 // both.
 func testClaimStatusPolicy(t *testing.T, ns, user, policy string) {
-	applyYAML(t, ns, strings.ReplaceAll(claimPod, "POD", "status-writer"))
-	waitRunning(t, ns, "status-writer")
-	name := *pod(t, ns, "status-writer").Status.ResourceClaimStatuses[0].ResourceClaimName
+	name := statusWriterClaim(t, ns)
 	claim, err := client.ResourceV1().ResourceClaims(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +80,18 @@ func testClaimStatusPolicy(t *testing.T, ns, user, policy string) {
 			t.Errorf("%s: want a denial by %s or the API server's claim status authorization, got %v", tc.name, policy, tc.err)
 		}
 	}
+}
+
+// statusWriterClaim returns the name of a claim allocated on one node: a
+// running pod's, or, on an API-server-only cluster, one allocated by hand.
+func statusWriterClaim(t *testing.T, ns string) string {
+	t.Helper()
+	if apiserverOnly {
+		return fixtureClaim(t, ns)
+	}
+	applyYAML(t, ns, strings.ReplaceAll(claimPod, "POD", "status-writer"))
+	waitRunning(t, ns, "status-writer")
+	return *pod(t, ns, "status-writer").Status.ResourceClaimStatuses[0].ResourceClaimName
 }
 
 // writeClaimStatus gets the claim, changes it with mutate and writes its

@@ -38,6 +38,13 @@ func namespace(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
+	if apiserverOnly {
+		// No controller-manager makes the default ServiceAccount.
+		sa := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+		if _, err := client.CoreV1().ServiceAccounts(name).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create the default ServiceAccount: %v", err)
+		}
+	}
 	t.Cleanup(func() {
 		_ = client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
 		// Wait for the pods to go so later tests start from free GPUs.

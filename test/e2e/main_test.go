@@ -63,6 +63,9 @@ func run(m *testing.M) int {
 }
 
 func upRealCluster() (func(), error) {
+	if bin := os.Getenv("E2E_APISERVER_ONLY"); bin != "" {
+		return upAPIServerOnly(bin)
+	}
 	cfg := localcluster.DefaultConfig(repoRoot)
 	if d := os.Getenv("GPUDRA_LOCALCLUSTER_DIR"); d != "" {
 		cfg.Dir = d

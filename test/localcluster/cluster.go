@@ -15,7 +15,7 @@ import (
 )
 
 func (c *Cluster) allComponents() []string {
-	return append(controlPlaneComponents(), c.nodeComponents()...)
+	return append(c.controlPlane(), c.nodeComponents()...)
 }
 
 // Running reports how many of the cluster's components run, of how many.
@@ -100,6 +100,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	if c.cfg.APIServerOnly != "" {
+		return c.upAPIServerOnly(ctx)
 	}
 	if err := c.preflight(); err != nil {
 		return err
@@ -210,10 +213,10 @@ func (c *Cluster) Down(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	for _, name := range slices.Backward(controlPlaneComponents()) {
+	for _, name := range slices.Backward(c.controlPlane()) {
 		c.stop(name)
 	}
-	if _, err := os.Stat(c.bin("kube-proxy")); err == nil {
+	if _, err := os.Stat(c.bin("kube-proxy")); err == nil && c.cfg.APIServerOnly == "" {
 		// Remove the Service rules; harmless when there are none.
 		_, _ = run(ctx, c.bin("kube-proxy"), "--cleanup")
 	}

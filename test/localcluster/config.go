@@ -79,6 +79,12 @@ type Config struct {
 	// plugin settings of their own (add-node with plugin flags).
 	NodeGroups []NodeGroup `json:"nodeGroups,omitempty"`
 
+	// APIServerOnly, when set, is the kube-apiserver binary of a cluster of
+	// etcd and that API server only (apiserveronly.go); FeatureGates are
+	// then its --feature-gates.
+	APIServerOnly string `json:"apiServerOnly,omitempty"`
+	FeatureGates  string `json:"featureGates,omitempty"`
+
 	Verbosity   int           `json:"verbosity"`
 	WaitTimeout time.Duration `json:"waitTimeout"`
 	StopTimeout time.Duration `json:"stopTimeout"`
@@ -148,7 +154,7 @@ func (c *Config) complete() error {
 	if _, _, err := net.ParseCIDR(c.PodCIDR); err != nil {
 		return fmt.Errorf("pod CIDR: %w", err)
 	}
-	if len(c.Nodes) == 0 {
+	if len(c.Nodes) == 0 && c.APIServerOnly == "" {
 		return errors.New("no nodes")
 	}
 	for i := range c.Nodes {

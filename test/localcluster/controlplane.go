@@ -46,7 +46,7 @@ func (c *Cluster) startEtcd() error {
 func (c *Cluster) pkiFile(name string) string { return filepath.Join(c.PKIDir(), name) }
 
 func (c *Cluster) startAPIServer() error {
-	_, err := c.start(apiserverName, []string{c.bin("kube-apiserver"),
+	_, err := c.start(apiserverName, []string{c.apiserverBinary(),
 		// Pods reach it through the kubernetes Service (kube-proxy DNATs to
 		// HostIP), the host's clients through 127.0.0.1.
 		"--bind-address", "0.0.0.0",
@@ -67,7 +67,7 @@ func (c *Cluster) startAPIServer() error {
 		"--kubelet-client-key", c.pkiFile("apiserver-kubelet-client.key"),
 		"--kubelet-preferred-address-types", "InternalIP,Hostname",
 		"--profiling=false",
-		"--feature-gates", alphaFeatureGates,
+		"--feature-gates", c.apiserverFeatureGates(),
 		"--v", strconv.Itoa(c.cfg.Verbosity),
 	}, nil)
 	return err
