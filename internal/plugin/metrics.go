@@ -20,6 +20,7 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/health"
 	"github.com/gpudra/gpudra/internal/plugin/prepare"
 	"github.com/gpudra/gpudra/internal/shared/endpoints"
+	"github.com/gpudra/gpudra/internal/shared/telemetry/names"
 )
 
 // serveMetrics registers the plugin's metrics and serves them with the
@@ -92,7 +93,7 @@ type MetricsOptions struct {
 func (o *Options) addMetricsFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddress, "metrics-address", "",
 		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables.")
-	fs.BoolVar(&o.Metrics.Secure, "metrics-secure", false,
+	fs.BoolVar(&o.Metrics.Secure, names.FlagMetricsSecure, false,
 		"Serve the metrics address over HTTPS and answer /metrics only to a bearer token whose user may get the nonResourceURL /metrics "+
 			"(TokenReview and SubjectAccessReview; the plugin's ServiceAccount needs create on both). /healthz and /readyz stay open.")
 	fs.StringVar(&o.Metrics.CertFile, "metrics-cert-file", "",
@@ -102,7 +103,7 @@ func (o *Options) addMetricsFlags(fs *pflag.FlagSet) {
 
 func (o *Options) validateMetrics() error {
 	if !o.Metrics.Secure && (o.Metrics.CertFile != "" || o.Metrics.KeyFile != "") {
-		return fmt.Errorf("--metrics-cert-file and --metrics-key-file need --metrics-secure: without it the metrics address serves plain HTTP")
+		return fmt.Errorf("--metrics-cert-file and --metrics-key-file need --%s: without it the metrics address serves plain HTTP", names.FlagMetricsSecure)
 	}
 	if (o.Metrics.CertFile == "") != (o.Metrics.KeyFile == "") {
 		return fmt.Errorf("give both --metrics-cert-file and --metrics-key-file, or neither for a self-signed certificate")
