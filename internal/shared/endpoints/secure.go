@@ -76,9 +76,9 @@ func DelegatedAuth(client kubernetes.Interface) (*Auth, error) {
 }
 
 // Protect answers MetricsPath only to authenticated and authorized callers:
-// 401 without a valid bearer token, 403 when its user may not "get"
-// /metrics, 500 when the API server could not be asked. Every other path of
-// h is served as it is.
+// 401 without a valid bearer token (a TokenReview that fails counts as one),
+// 403 when its user may not "get" /metrics, 500 when the SubjectAccessReview
+// fails. Every other path of h is served as it is.
 func Protect(h http.Handler, auth *Auth) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != MetricsPath {
@@ -113,7 +113,7 @@ func Protect(h http.Handler, auth *Auth) http.Handler {
 		if decision != authorizer.DecisionAllow {
 			logger.V(4).Info("Metrics request forbidden", "user", resp.User.GetName(), "reason", reason)
 			http.Error(w, fmt.Sprintf("Forbidden: user %q may not %s nonResourceURL %q; bind it to a ClusterRole "+
-				"that allows it (the chart's <release>-metrics-reader)", resp.User.GetName(), attrs.Verb, attrs.Path), http.StatusForbidden)
+				"that allows it (the chart's <fullname>-kubelet-plugin-metrics-reader)", resp.User.GetName(), attrs.Verb, attrs.Path), http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)
