@@ -104,10 +104,8 @@ func addUsage(cmd *cobra.Command, client kubernetes.Interface, pluginNamespace s
 				status.PluginSelector, pluginNamespace)
 		}
 	}
-	for node, err := range errs {
-		if nodes[node] {
-			_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "No GPU telemetry for node %s: %v\n", node, err)
-		}
+	for _, line := range status.Notices(errs, nodes) {
+		_, _ = fmt.Fprintln(cmd.ErrOrStderr(), line)
 	}
 	status.Annotate(devices, usage)
 }

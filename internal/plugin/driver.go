@@ -191,7 +191,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	var metricsAddr net.Addr
 	reg8n := &registration{}
 	if o.MetricsAddress != "" {
-		if metricsAddr, err = serveMetrics(ctx, o, manager, hs, reg8n, tel, pm); err != nil {
+		if metricsAddr, err = serveMetrics(ctx, o, client, manager, hs, reg8n, tel, pm); err != nil {
 			return nil, err
 		}
 	}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,19 +13,22 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/internal/plugin/health"
 	"github.com/gpudra/gpudra/internal/plugin/prepare"
 	"github.com/gpudra/gpudra/internal/shared/endpoints"
+	"github.com/gpudra/gpudra/internal/shared/telemetry/names"
 )
 
 // serveMetrics registers the plugin's metrics and serves them with the
 // health endpoints until ctx is done. Ready means the kubelet's socket for
 // this plugin exists (the helper creates it when it starts serving) and the
 // kubelet has confirmed the registration.
-func serveMetrics(ctx context.Context, o *Options, m *prepare.Manager, hs *healthService, reg8n *registration,
-	tel *telemetryService, pm *pluginMetrics) (net.Addr, error) {
+func serveMetrics(ctx context.Context, o *Options, client kubernetes.Interface, m *prepare.Manager, hs *healthService,
+	reg8n *registration, tel *telemetryService, pm *pluginMetrics) (net.Addr, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if _, err := prepare.NewMetrics(reg, m); err != nil {
@@ -54,12 +58,57 @@ func serveMetrics(ctx context.Context, o *Options, m *prepare.Manager, hs *healt
 	}}
 	alive := endpoints.Check{Name: "process", Fn: func(*http.Request) error { return nil }}
 	registered := endpoints.Check{Name: "kubelet-registration", Fn: reg8n.check}
-	addr, err := endpoints.Listen(ctx, o.MetricsAddress, endpoints.NewMux(reg, []endpoints.Check{alive}, []endpoints.Check{ready, registered}))
+	var h http.Handler = endpoints.NewMux(reg, []endpoints.Check{alive}, []endpoints.Check{ready, registered})
+	var tlsConfig *tls.Config
+	if o.Metrics.Secure {
+		auth, err := endpoints.DelegatedAuth(client)
+		if err != nil {
+			return nil, err
+		}
+		h = endpoints.Protect(h, auth)
+		tlsConfig, err = endpoints.TLSConfig(ctx, endpoints.ServingCert{CertFile: o.Metrics.CertFile, KeyFile: o.Metrics.KeyFile,
+			Host: "gpudra-kubelet-plugin." + o.NodeName})
+		if err != nil {
+			return nil, err
+		}
+	}
+	addr, err := endpoints.ListenTLS(ctx, o.MetricsAddress, h, tlsConfig)
 	if err != nil {
 		return nil, err
 	}
-	klog.FromContext(ctx).Info("Serving metrics and health", "address", addr.String())
+	klog.FromContext(ctx).Info("Serving metrics and health", "address", addr.String(), "secure", o.Metrics.Secure)
 	return addr, nil
+}
+
+// MetricsOptions protect /metrics (--metrics-secure and its certificate
+// flags; see internal/shared/endpoints and docs/security.md).
+type MetricsOptions struct {
+	// Secure serves the metrics address over TLS and answers /metrics only
+	// to callers the API server authenticates and authorizes.
+	Secure   bool
+	CertFile string
+	KeyFile  string
+}
+
+func (o *Options) addMetricsFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.MetricsAddress, "metrics-address", "",
+		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables.")
+	fs.BoolVar(&o.Metrics.Secure, names.FlagMetricsSecure, false,
+		"Serve the metrics address over HTTPS and answer /metrics only to a bearer token whose user may get the nonResourceURL /metrics "+
+			"(TokenReview and SubjectAccessReview; the plugin's ServiceAccount needs create on both). /healthz and /readyz stay open.")
+	fs.StringVar(&o.Metrics.CertFile, "metrics-cert-file", "",
+		"PEM certificate for --metrics-secure, reloaded when it changes; empty: a self-signed certificate generated at start-up.")
+	fs.StringVar(&o.Metrics.KeyFile, "metrics-key-file", "", "PEM key of --metrics-cert-file.")
+}
+
+func (o *Options) validateMetrics() error {
+	if !o.Metrics.Secure && (o.Metrics.CertFile != "" || o.Metrics.KeyFile != "") {
+		return fmt.Errorf("--metrics-cert-file and --metrics-key-file need --%s: without it the metrics address serves plain HTTP", names.FlagMetricsSecure)
+	}
+	if (o.Metrics.CertFile == "") != (o.Metrics.KeyFile == "") {
+		return fmt.Errorf("give both --metrics-cert-file and --metrics-key-file, or neither for a self-signed certificate")
+	}
+	return nil
 }
 
 // Metric names of the plugin's calls and API writes, documented in

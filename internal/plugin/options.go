@@ -68,6 +68,7 @@ type Options struct {
 	MPSDaemon MPSDaemonOptions
 	Health    HealthOptions
 	Telemetry TelemetryOptions
+	Metrics   MetricsOptions
 }
 
 // EnvVars are the flags a DaemonSet sets from the downward API (the
@@ -126,8 +127,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PodUID, "pod-uid", "",
 		"UID of the plugin's pod; enables rolling updates where old and new plugin pods run side by side. [$POD_UID]")
 	o.addCDIHookFlags(fs)
-	fs.StringVar(&o.MetricsAddress, "metrics-address", "",
-		"Serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :8081); empty disables.")
+	o.addMetricsFlags(fs)
 	o.addHealthFlags(fs)
 	o.addTelemetryFlags(fs)
 	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
@@ -185,6 +185,9 @@ func (o *Options) Validate() error {
 	if mode == mig.ModeDynamic && o.GPUSharing == SharingConsumable {
 		return fmt.Errorf("--gpu-sharing=%s cannot be combined with --mig=%s: a GPU published for dynamic MIG consumes all its MIG counters "+
 			"with every allocation, so it could not be shared; use --mig=static or --mig=off on nodes with consumable shares", SharingConsumable, mode)
+	}
+	if err := o.validateMetrics(); err != nil {
+		return err
 	}
 	if err := o.validateTelemetry(); err != nil {
 		return err

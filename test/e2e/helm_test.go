@@ -211,6 +211,7 @@ func TestHelmChartDryRun(t *testing.T) {
 		{"controller-disabled", []string{"--values", simulated, "--set", "controller.enabled=false"}, checkStaticClasses},
 		{"monitoring", []string{"--set", "monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true," +
 			"monitoring.grafanaDashboard.enabled=true,kubeletPlugin.telemetry.interval=15s,kubeletPlugin.telemetry.workloadLabels=false"}, checkMonitoring},
+		{"metrics-authentication", []string{"--set", metricsAuthValue + ",monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true"}, checkMetricsAuth},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := namespace(t)
@@ -240,6 +241,7 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 		{"controller.webhook.failurePolicy=Maybe", "must be Ignore or Fail"},
 		{"controller.leaderElection=false", "needs controller.leaderElection"},
 		{"monitoring.podMonitor.enabled=true,kubeletPlugin.metricsPort=0", "need kubeletPlugin.metricsPort"},
+		{metricsAuthValue + ",kubeletPlugin.metricsPort=0", "kubeletPlugin.metrics.authentication needs kubeletPlugin.metricsPort"},
 	} {
 		out, err := runHelmTemplate("gpudra", "default", "--set", tc.set)
 		if err == nil || !strings.Contains(out, tc.want) {
@@ -253,6 +255,9 @@ func checkDefault(t *testing.T, _ string, objs []*unstructured.Unstructured) {
 	ctr := ds.Spec.Template.Spec.Containers[0]
 	if sc := ctr.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
 		t.Errorf("plugin for real GPUs is not privileged: %+v", sc)
+	}
+	if slices.Contains(ctr.Args, "--metrics-secure") {
+		t.Errorf("plugin args %v: --metrics-secure is not the default (kubeletPlugin.metrics.authentication)", ctr.Args)
 	}
 	for _, want := range []string{"--nvidia-driver-root=/driver-root", "--host-driver-root=/", "--telemetry-workload-labels=true"} {
 		if !slices.Contains(ctr.Args, want) {
@@ -401,44 +406,5 @@ func checkStaticClasses(t *testing.T, _ string, objs []*unstructured.Unstructure
 		if got, ok := rendered[c.Name]; !ok || !apiequality.Semantic.DeepEqual(got, c.Spec) {
 			t.Errorf("DeviceClass %s: chart %+v, controller %+v", c.Name, got, c.Spec)
 		}
-	}
-}
-
-// checkMonitoring: the plugin's metrics port is named for the monitors,
-// which select the plugin pods; the dashboard ConfigMap carries the
-// sidecar's label and the chart's dashboard JSON; the telemetry values
-// reach the plugin's flags.
-func checkMonitoring(t *testing.T, _ string, objs []*unstructured.Unstructured) {
-	ctr := pluginDaemonSet(t, objs).Spec.Template.Spec.Containers[0]
-	if len(ctr.Ports) != 1 || ctr.Ports[0].Name != "metrics" || ctr.Ports[0].ContainerPort != 8081 {
-		t.Errorf("plugin ports %+v, want metrics 8081", ctr.Ports)
-	}
-	for _, arg := range []string{"--telemetry-interval=15s", "--telemetry-workload-labels=false"} {
-		if !slices.Contains(ctr.Args, arg) {
-			t.Errorf("plugin args %v lack %s", ctr.Args, arg)
-		}
-	}
-	for _, kind := range []string{"PodMonitor", "ServiceMonitor"} {
-		m := find(objs, kind)
-		if len(m) != 1 {
-			t.Fatalf("%d %ss rendered, want 1", len(m), kind)
-		}
-		sel, _, _ := unstructured.NestedStringMap(m[0].Object, "spec", "selector", "matchLabels")
-		if sel["app.kubernetes.io/component"] != "kubelet-plugin" {
-			t.Errorf("%s selects %v, want the plugin pods", kind, sel)
-		}
-	}
-	cms := find(objs, "ConfigMap")
-	if len(cms) != 1 || cms[0].GetLabels()["grafana_dashboard"] != "1" {
-		t.Fatalf("dashboard ConfigMaps %v, want one labelled grafana_dashboard=1", cms)
-	}
-	data, _, _ := unstructured.NestedString(cms[0].Object, "data", "gpudra-gpus.json")
-	want, err := os.ReadFile(filepath.Join(chartDir(), "dashboards", "gpudra-gpus.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash map[string]any
-	if err := json.Unmarshal([]byte(data), &dash); err != nil || strings.TrimSpace(data) != strings.TrimSpace(string(want)) {
-		t.Errorf("the ConfigMap does not hold the chart's dashboard (%v)", err)
 	}
 }

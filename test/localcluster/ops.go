@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,17 +63,22 @@ func (c *Cluster) RestartPlugin(ctx context.Context, node string) error {
 
 // PluginMetricsURL is the /metrics of the node's plugin pod: its pod IP
 // (reachable from the host through the node's bridge) and the port of its
-// --metrics-address flag.
+// --metrics-address flag; https when the plugin runs with --metrics-secure.
 func (c *Cluster) PluginMetricsURL(ctx context.Context, node string) (string, error) {
 	p, err := c.PluginPod(ctx, node)
 	if err != nil {
 		return "", err
 	}
 	for _, ctr := range p.Spec.Containers {
-		for _, a := range append(append([]string{}, ctr.Command...), ctr.Args...) {
+		args := append(append([]string{}, ctr.Command...), ctr.Args...)
+		scheme := "http://"
+		if slices.Contains(args, "--metrics-secure") || slices.Contains(args, "--metrics-secure=true") {
+			scheme = "https://" // kubeletPlugin.metrics.authentication
+		}
+		for _, a := range args {
 			if addr, ok := strings.CutPrefix(a, "--metrics-address="); ok {
 				_, port, _ := strings.Cut(addr, ":")
-				return "http://" + net.JoinHostPort(p.Status.PodIP, port) + "/metrics", nil
+				return scheme + net.JoinHostPort(p.Status.PodIP, port) + "/metrics", nil
 			}
 		}
 	}

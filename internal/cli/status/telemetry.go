@@ -183,6 +183,10 @@ func ReadPluginMetrics(ctx context.Context, client kubernetes.Interface, namespa
 		if _, done := out[node]; done || node == "" || p.Status.Phase != corev1.PodRunning {
 			continue
 		}
+		if needsToken(&p) {
+			errs[node] = fmt.Errorf("plugin pod %s/%s: %w", p.Namespace, p.Name, ErrMetricsNeedToken)
+			continue
+		}
 		port := metricsPort(&p)
 		if port == 0 {
 			errs[node] = fmt.Errorf("plugin pod %s/%s has no port named metrics (kubeletPlugin.metricsPort is 0)", p.Namespace, p.Name)

@@ -42,6 +42,9 @@ func NewCommand(client func() (kubernetes.Interface, error), pluginNamespace fun
 			}
 			read := func(ctx context.Context) (map[string][]byte, map[string]error, error) {
 				raw, errs, err := status.ReadPluginMetrics(ctx, c, pluginNamespace())
+				if err == nil {
+					err = status.NothingReadable(len(raw), errs)
+				}
 				bodies := map[string][]byte{}
 				for node, r := range raw {
 					bodies[node] = r.Body

@@ -4,6 +4,7 @@ package endpoints
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -68,16 +69,26 @@ func checksHandler(checks []Check) http.Handler {
 }
 
 // Listen binds addr now (so a port conflict fails start-up with a clear
-// error) and serves h until ctx is done.
+// error) and serves h over plain HTTP until ctx is done.
 func Listen(ctx context.Context, addr string, h http.Handler) (net.Addr, error) {
+	return ListenTLS(ctx, addr, h, nil)
+}
+
+// ListenTLS is Listen over TLS with cfg (see TLSConfig); a nil cfg serves
+// plain HTTP.
+func ListenTLS(ctx context.Context, addr string, h http.Handler, cfg *tls.Config) (net.Addr, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for metrics and health on %q: %w (choose another address)", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if cfg != nil {
+		l = tls.NewListener(l, cfg)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }} // for the logger
 	go func() {
 		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()

@@ -58,6 +58,38 @@ compares them): "driver", "channelClass", "daemonClass" or "label".
 {{- end -}}
 
 {{- define "gpudra.pluginName" -}}{{ include "gpudra.fullname" . }}-kubelet-plugin{{- end -}}
+{{/*
+"true" when the plugin serves /metrics over HTTPS behind TokenReview and
+SubjectAccessReview (kubeletPlugin.metrics.authentication): one chart-wide
+setting, since the plugin's ClusterRole and the monitors follow it.
+*/}}
+{{- define "gpudra.pluginMetricsAuth" -}}
+{{- if (.Values.kubeletPlugin.metrics | default dict).authentication -}}
+{{- if not .Values.kubeletPlugin.metricsPort -}}
+{{- fail "kubeletPlugin.metrics.authentication needs kubeletPlugin.metricsPort: it protects the metrics port" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+{{/* ServiceAccount and token Secret the chart's monitors scrape with. */}}
+{{- define "gpudra.pluginMetricsScraper" -}}{{ include "gpudra.pluginName" . }}-metrics-scraper{{- end -}}
+{{/*
+Scheme, TLS and credentials of a PodMonitor or ServiceMonitor endpoint when
+the plugin's /metrics needs a token: its certificate is self-signed, so it
+is not verified; the token is the chart's scraper ServiceAccount's.
+*/}}
+{{- define "gpudra.pluginMetricsScrapeAuth" -}}
+{{- if include "gpudra.pluginMetricsAuth" . -}}
+scheme: https
+tlsConfig:
+  insecureSkipVerify: true
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ include "gpudra.pluginMetricsScraper" . }}
+    key: token
+{{- end }}
+{{- end -}}
 {{- define "gpudra.controllerName" -}}{{ include "gpudra.fullname" . }}-controller{{- end -}}
 
 {{/* Secret with the webhook's serving certificate. */}}

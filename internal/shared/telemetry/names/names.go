@@ -34,3 +34,9 @@ const (
 // DeviceLabels are the labels of every device series, in order.
 var DeviceLabels = []string{LabelNode, LabelDevice, LabelUUID, LabelMIGProfile, LabelClaimNamespace, LabelClaimName,
 	LabelPodNamespace, LabelPodName}
+
+// FlagMetricsSecure is the plugin's flag that puts /metrics behind a bearer
+// token (chart: kubeletPlugin.metrics.authentication). The CLI looks for it
+// in a plugin pod's arguments: the API server's pod proxy passes no token
+// on, so such a plugin's telemetry cannot be read through it.
+const FlagMetricsSecure = "metrics-secure"

@@ -14,6 +14,7 @@ this DaemonSet must meet besides values.nodeSelector and values.affinity).
 {{- $dataDir := printf "%s/%s" $pluginsDir (include "gpudra.driverName" $root) }}
 {{- $registryDir := printf "%s/plugins_registry" (trimSuffix "/" $root.Values.kubeletRoot) }}
 {{- $driverRoot := $p.nvidiaDriverRoot | default $root.Values.nvidiaDriverRoot }}
+{{- $metricsAuth := include "gpudra.pluginMetricsAuth" $root }}
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -90,6 +91,9 @@ spec:
         {{- with $p.metricsPort }}
         - --metrics-address=:{{ . }}
         {{- end }}
+        {{- if $metricsAuth }}
+        - --metrics-secure
+        {{- end }}
         - --health-monitoring={{ $p.health.enabled }}
         - --health-ignored-xids={{ $p.health.ignoredXIDs }}
         - --health-probe-interval={{ $p.health.probeInterval }}
@@ -160,12 +164,19 @@ spec:
           httpGet:
             path: /readyz
             port: {{ . }}
+            {{- if $metricsAuth }}
+            # --metrics-secure: the port speaks HTTPS; /readyz needs no token.
+            scheme: HTTPS
+            {{- end }}
           periodSeconds: 2
           failureThreshold: 3
         livenessProbe:
           httpGet:
             path: /healthz
             port: {{ . }}
+            {{- if $metricsAuth }}
+            scheme: HTTPS
+            {{- end }}
           periodSeconds: 10
           failureThreshold: 6
         {{- end }}
