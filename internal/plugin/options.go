@@ -56,11 +56,14 @@ type Options struct {
 	// NUMANodeAttribute is the form of numaNode: slice.NUMAScalar or
 	// slice.NUMAList (--numa-node-attribute).
 	NUMANodeAttribute string
-	// Sharing: see sharing.go.
-	GPUSharing     string
-	NvidiaSMIPath  string
-	MPSControlPath string
-	MPSRoot        string
+	// Sharing: see sharing.go. GPUSharing is deprecated (--gpu-sharing);
+	// ConsumableShares is --consumable-shares, parsed by Validate into shares.
+	GPUSharing       string
+	ConsumableShares string
+	shares           slice.ConsumableShares
+	NvidiaSMIPath    string
+	MPSControlPath   string
+	MPSRoot          string
 	// MPSCheckInterval is how often the MPS daemons of prepared claims are
 	// checked (0: never; see superviseMPS).
 	MPSCheckInterval time.Duration
@@ -182,17 +185,13 @@ func (o *Options) Validate() error {
 	if err != nil {
 		return err
 	}
-	if mode == mig.ModeDynamic && o.GPUSharing == SharingConsumable {
-		return fmt.Errorf("--gpu-sharing=%s cannot be combined with --mig=%s: a GPU published for dynamic MIG consumes all its MIG counters "+
-			"with every allocation, so it could not be shared; use --mig=static or --mig=off on nodes with consumable shares", SharingConsumable, mode)
-	}
 	if err := o.validateMetrics(); err != nil {
 		return err
 	}
 	if err := o.validateTelemetry(); err != nil {
 		return err
 	}
-	if err := o.validateSharing(); err != nil {
+	if err := o.validateSharing(mode); err != nil {
 		return err
 	}
 	if err := o.validateMPSDaemon(); err != nil {

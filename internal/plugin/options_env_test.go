@@ -31,9 +31,12 @@ func TestEnvVars(t *testing.T) {
 		{name: "other settings are flags only",
 			env: map[string]string{"GPU_SHARING": "consumable", "GPUDRA_MIG": "dynamic", "KUBE_API_BURST": "1",
 				"GPUDRA_TELEMETRY_INTERVAL": "1m", "GPUDRA_HEALTH_MONITORING": "false", "DRIVER_NAME": "gpu.example.com",
-				"GPUDRA_COMPATIBILITY": "nvidia", "NVIDIA_DRIVER_ROOT": "/x", "MPS_CHECK_INTERVAL": "1h"},
+				"GPUDRA_COMPATIBILITY": "nvidia", "NVIDIA_DRIVER_ROOT": "/x", "MPS_CHECK_INTERVAL": "1h",
+				// NVIDIA's plugin reads its flag from this; the chart passes --consumable-shares.
+				"CONSUMABLE_SHARES": "unlimited"},
 			check: func(t *testing.T, o *Options) {
 				assert.Equal(t, SharingExclusive, o.GPUSharing)
+				assert.Empty(t, o.ConsumableShares)
 				assert.Equal(t, "static", o.MIG)
 				assert.Equal(t, 400, o.KubeAPIBurst)
 				assert.True(t, o.Health.Enabled)

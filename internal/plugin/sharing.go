@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/internal/plugin/mig"
 	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
 	"github.com/gpudra/gpudra/internal/plugin/prepare"
 	"github.com/gpudra/gpudra/internal/plugin/sharing"
@@ -16,19 +18,24 @@ import (
 	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
-// GPU sharing modes of a node (--gpu-sharing).
+// GPU sharing modes of a node (--gpu-sharing, deprecated: --consumable-shares
+// replaces it).
 const (
 	// SharingExclusive publishes each GPU for one claim at a time.
 	SharingExclusive = "exclusive"
-	// SharingConsumable publishes each GPU as consumable memory shares.
+	// SharingConsumable is --consumable-shares=memory.
 	SharingConsumable = "consumable"
 )
 
 func (o *Options) addGPUSharingFlag(fs *pflag.FlagSet) {
 	fs.StringVar(&o.GPUSharing, "gpu-sharing", SharingExclusive,
-		"How this node's GPUs are published: 'exclusive' (one claim per GPU, unless claims share one ResourceClaim) or "+
-			"'consumable' (allowMultipleAllocations: several claims each get capacity.requests.memory of one GPU, "+
-			"enforced through an MPS pinned-memory limit).")
+		"Deprecated: use --consumable-shares. 'consumable' is --consumable-shares=memory; 'exclusive' changes nothing.")
+	fs.StringVar(&o.ConsumableShares, "consumable-shares", "",
+		"Publish whole GPUs and static MIG devices for several claims at once (allowMultipleAllocations), as NVIDIA's flag of "+
+			"the same name: '' or 'disabled' (the default); 'memory' (each claim consumes capacity.requests.memory, all of it if it asks for none); "+
+			"'unlimited' (a claim consumes only the memory it asks for, none by default); or a positive integer N (as unlimited, "+
+			"plus a capacity 'shares' of N, one per claim by default). A share that consumed memory is held to it by an MPS "+
+			"pinned-memory limit. Not with --mig=dynamic.")
 }
 
 func (o *Options) addSharingToolFlags(fs *pflag.FlagSet) {
@@ -59,18 +66,45 @@ func superviseMPS(ctx context.Context, m *prepare.Manager, interval time.Duratio
 	}
 }
 
-func (o *Options) validateSharing() error {
-	switch o.GPUSharing {
-	case "", SharingExclusive, SharingConsumable:
-		return nil
-	default:
-		return fmt.Errorf("--gpu-sharing=%q: must be %q or %q", o.GPUSharing, SharingExclusive, SharingConsumable)
+// validateSharing parses --consumable-shares into o.shares, with
+// --gpu-sharing=consumable as its deprecated alias for "memory".
+func (o *Options) validateSharing(migMode mig.Mode) error {
+	shares, err := slice.ParseConsumableShares(o.ConsumableShares)
+	if err != nil {
+		return err
 	}
+	switch o.GPUSharing {
+	case "", SharingExclusive:
+	case SharingConsumable:
+		if strings.TrimSpace(o.ConsumableShares) != "" && shares != (slice.ConsumableShares{Mode: slice.SharesMemory}) {
+			return fmt.Errorf("--gpu-sharing=%s is the deprecated form of --consumable-shares=%s and conflicts with --consumable-shares=%s; "+
+				"drop --gpu-sharing", SharingConsumable, slice.SharesMemory, o.ConsumableShares)
+		}
+		shares = slice.ConsumableShares{Mode: slice.SharesMemory}
+	default:
+		return fmt.Errorf("--gpu-sharing=%q: must be %q or %q (deprecated: use --consumable-shares)", o.GPUSharing, SharingExclusive, SharingConsumable)
+	}
+	if migMode == mig.ModeDynamic && shares.Enabled() {
+		return fmt.Errorf("--consumable-shares=%s cannot be combined with --mig=%s: a GPU published for dynamic MIG consumes all its MIG counters "+
+			"with every allocation, so it could not be shared; use --mig=static or --mig=off on nodes with consumable shares", shares, migMode)
+	}
+	o.shares = shares
+	return nil
 }
 
 func (o *Options) sliceOptions() slice.Options {
-	return slice.Options{MaxDevicesPerSlice: o.maxDevicesPerSlice(), ConsumableMemory: o.GPUSharing == SharingConsumable,
+	return slice.Options{MaxDevicesPerSlice: o.maxDevicesPerSlice(), ConsumableShares: o.shares,
 		NVIDIAAttributes: o.names.Mode == compat.NVIDIA, NUMAList: o.NUMANodeAttribute == slice.NUMAList}
+}
+
+// logSharing logs the node's sharing mode, and that --gpu-sharing is
+// deprecated where it is used.
+func (o *Options) logSharing(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	if o.GPUSharing == SharingConsumable {
+		logger.Info("Deprecated flag: --gpu-sharing=consumable is --consumable-shares=memory; use that instead")
+	}
+	logger.Info("Consumable shares", "consumableShares", o.shares.String())
 }
 
 // sharingTools returns the time slicer and MPS control of the node.
@@ -86,7 +120,8 @@ func (o *Options) sharingTools(ctx context.Context) (sharing.TimeSlicer, *sharin
 	if err != nil {
 		return nil, nil, err
 	}
-	klog.FromContext(ctx).Info("GPU sharing tools", "gpuSharing", o.GPUSharing, "nvidiaSMI", smi.Path,
+	o.logSharing(ctx)
+	klog.FromContext(ctx).Info("GPU sharing tools", "nvidiaSMI", smi.Path,
 		"mpsControl", o.tool(o.MPSControlPath, "nvidia-cuda-mps-control"), "mpsRoot", root, "env", env)
 	return smi, mps, nil
 }

@@ -1,32 +1,81 @@
 package plugin
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/gpudra/gpudra/internal/plugin/slice"
 )
 
 func TestValidateSharing(t *testing.T) {
+	memory := slice.ConsumableShares{Mode: slice.SharesMemory}
 	for _, tc := range []struct {
-		value, mig string
-		wantErr    string
+		name, gpuSharing, shares, mig string
+		want                          slice.ConsumableShares
+		wantErr                       string
 	}{
-		{"", "static", ""}, {"exclusive", "dynamic", ""}, {"consumable", "static", ""}, {"consumable", "off", ""},
-		{"mps", "static", `must be "exclusive" or "consumable"`}, {"Consumable", "static", `must be "exclusive" or "consumable"`},
-		{"consumable", "dynamic", "--gpu-sharing=consumable cannot be combined with --mig=dynamic"},
+		{name: "defaults", mig: "static"},
+		{name: "disabled", shares: "disabled", mig: "dynamic"},
+		{name: "exclusive", gpuSharing: "exclusive", mig: "dynamic"},
+		{name: "memory", shares: "memory", mig: "static", want: memory},
+		{name: "unlimited", shares: "unlimited", mig: "off", want: slice.ConsumableShares{Mode: slice.SharesUnlimited}},
+		{name: "a count", shares: "4", mig: "static", want: slice.ConsumableShares{Mode: slice.SharesUnlimited, Count: 4}},
+		{name: "the deprecated alias", gpuSharing: "consumable", mig: "static", want: memory},
+		{name: "the alias with the same mode", gpuSharing: "consumable", shares: "memory", mig: "off", want: memory},
+		{name: "the alias against another mode", gpuSharing: "consumable", shares: "unlimited", mig: "static",
+			wantErr: "--gpu-sharing=consumable is the deprecated form of --consumable-shares=memory and conflicts with --consumable-shares=unlimited"},
+		{name: "the alias against disabled", gpuSharing: "consumable", shares: "disabled", mig: "static", wantErr: "conflicts with --consumable-shares=disabled"},
+		{name: "the alias against a count", gpuSharing: "consumable", shares: "2", mig: "static", wantErr: "conflicts with --consumable-shares=2"},
+		{name: "a bad --gpu-sharing", gpuSharing: "mps", mig: "static", wantErr: `--gpu-sharing="mps": must be "exclusive" or "consumable"`},
+		{name: "a bad --consumable-shares", shares: "0", mig: "static", wantErr: `--consumable-shares="0": must be "disabled", "memory", "unlimited" or a positive integer`},
+		{name: "shares with dynamic MIG", shares: "unlimited", mig: "dynamic",
+			wantErr: "--consumable-shares=unlimited cannot be combined with --mig=dynamic"},
+		{name: "the alias with dynamic MIG", gpuSharing: "consumable", mig: "dynamic",
+			wantErr: "--consumable-shares=memory cannot be combined with --mig=dynamic"},
 	} {
-		o := &Options{NodeName: "n", MaxDevicesPerSlice: 128, GPUSharing: tc.value, MIG: tc.mig}
-		err := o.Validate()
-		if tc.wantErr != "" {
-			require.ErrorContains(t, err, tc.wantErr, tc.value)
-		} else {
-			require.NoError(t, err, tc.value)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			o := &Options{NodeName: "n", MaxDevicesPerSlice: 128, GPUSharing: tc.gpuSharing, ConsumableShares: tc.shares, MIG: tc.mig}
+			err := o.Validate()
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, o.sliceOptions().ConsumableShares)
+		})
 	}
-	require.True(t, (&Options{GPUSharing: SharingConsumable}).sliceOptions().ConsumableMemory)
-	require.False(t, (&Options{GPUSharing: SharingExclusive}).sliceOptions().ConsumableMemory)
+}
+
+// The flags parse into the options Validate reads, and the deprecation of
+// --gpu-sharing is logged.
+func TestConsumableSharesFlags(t *testing.T) {
+	o := &Options{}
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	require.NoError(t, fs.Parse([]string{"--node-name=n", "--gpu-sharing=consumable"}))
+	require.NoError(t, o.Validate())
+	var buf bytes.Buffer
+	o.logSharing(klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&buf)))))
+	require.Contains(t, buf.String(), "Deprecated flag: --gpu-sharing=consumable is --consumable-shares=memory")
+	require.Contains(t, buf.String(), `consumableShares="memory"`)
+
+	o = &Options{}
+	fs = pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	require.NoError(t, fs.Parse([]string{"--node-name=n", "--consumable-shares=8"}))
+	require.NoError(t, o.Validate())
+	buf.Reset()
+	o.logSharing(klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&buf)))))
+	require.NotContains(t, buf.String(), "Deprecated")
+	require.Contains(t, buf.String(), `consumableShares="8"`)
 }
 
 func TestSharingToolResolution(t *testing.T) {

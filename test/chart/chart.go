@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -32,6 +33,17 @@ type Object = map[string]any
 // when _output/tools/helm is missing and fails it when helm fails.
 func Render(t testing.TB, args ...string) []Object {
 	t.Helper()
+	objs, err := RenderErr(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// RenderErr is Render for a chart that may refuse the values: helm's error
+// (with its message) is returned, not fatal.
+func RenderErr(t testing.TB, args ...string) ([]Object, error) {
+	t.Helper()
 	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
@@ -48,14 +60,14 @@ func Render(t testing.TB, args ...string) []Object {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("helm template %v: %v\n%s", args, err, stderr.String())
+		return nil, fmt.Errorf("helm template %v: %w\n%s", args, err, stderr.String())
 	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	var objs []Object
 	for {
 		var o Object
 		if err := dec.Decode(&o); errors.Is(err, io.EOF) {
-			return objs
+			return objs, nil
 		} else if err != nil {
 			t.Fatalf("decode the rendered chart: %v", err)
 		}

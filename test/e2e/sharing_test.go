@@ -12,9 +12,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -282,21 +280,8 @@ func TestConsumableSharesFillOneGPU(t *testing.T) {
 		}
 	}
 
-	if out, err := kubectl("-n", ns, "scale", "deployment/gpu-shares", "--replicas=5"); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
-		return err == nil && len(evs.Items) > 0, nil
-	})
-	if err != nil {
-		out, _ := kubectl("-n", ns, "get", "pods", "-o", "wide")
-		t.Fatalf("the fifth 20Gi share should not fit the 80Gi GPU (no FailedScheduling event)\n%s", out)
-	}
-	time.Sleep(2 * time.Second)
-	if running := listPods(t, ns, "app=gpu-shares", v1.PodRunning); len(running) != 4 {
-		t.Errorf("exactly 4 shares fit 80Gi, %d run", len(running))
-	}
+	// The fifth 20Gi share does not fit the 80Gi GPU.
+	assertNextReplicaPending(t, ns, "gpu-shares", "app=gpu-shares", 4)
 }
 
 func assertShare(t *testing.T, r resourceapi.DeviceRequestAllocationResult, memory string) {
@@ -304,8 +289,5 @@ func assertShare(t *testing.T, r resourceapi.DeviceRequestAllocationResult, memo
 	if r.ShareID == nil {
 		t.Errorf("allocation of %s has no ShareID", r.Device)
 	}
-	got, want := r.ConsumedCapacity["memory"], resource.MustParse(memory)
-	if got.Cmp(want) != 0 {
-		t.Errorf("allocation of %s consumed %s memory, want %s", r.Device, got.String(), memory)
-	}
+	assertConsumed(t, r, "memory", memory)
 }

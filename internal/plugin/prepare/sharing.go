@@ -25,8 +25,9 @@ import (
 
 // Sharing hooks of the prepare state machine (internal/plugin/sharing does the work):
 // time slices are set per GPU and restored to the default when the last
-// holder goes; MPS claims (and consumable shares, whose memory MPS limits)
-// get a control daemon of their own, recorded in the claim's checkpoint.
+// holder goes; MPS claims (and consumable shares that consumed memory, which
+// MPS limits) get a control daemon of their own, recorded in the claim's
+// checkpoint.
 
 // applySharing configures the GPUs of a claim being prepared and records
 // the MPS daemon, if any, in its record. The caller holds the devices' locks

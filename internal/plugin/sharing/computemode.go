@@ -93,8 +93,9 @@ func ComputeModeHint(err error) string {
 // ComputeModeNeeded tells which compute mode a claim's use of the device
 // needs, if any, as NVIDIA runs them: EXCLUSIVE_PROCESS for an MPS claim on
 // a whole GPU (only its MPS server then has a context on it), DEFAULT for a
-// time-sliced GPU and for a consumable share (each share has its own MPS
-// server; EXCLUSIVE_PROCESS would admit only the first). MIG devices need
+// time-sliced GPU and for a consumable share (a share that consumed memory
+// has its own MPS server, and shares of no memory run their processes
+// directly; EXCLUSIVE_PROCESS would admit only the first). MIG devices need
 // none: the mode is per GPU, and the other MIG devices of the GPU belong to
 // other claims.
 func (d *Device) ComputeModeNeeded() (nvml.ComputeMode, bool) {

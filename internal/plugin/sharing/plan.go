@@ -78,11 +78,17 @@ func (d *Device) Strategy() v1alpha1.GpuSharingStrategy {
 	return d.Config.Sharing.Strategy
 }
 
-// usesMPS: MPS was asked for, or the device is a share, whose memory is
-// enforced through an MPS pinned-memory limit.
+// usesMPS: MPS was asked for, or the device is a share that consumed
+// memory, which is enforced through an MPS pinned-memory limit. A share
+// that consumed none (--consumable-shares=unlimited or a count, no memory
+// request) has nothing to limit and runs without a daemon of its own.
 func (d *Device) usesMPS() bool {
-	return d.Strategy() == v1alpha1.MPSStrategy || d.Share
+	return d.Strategy() == v1alpha1.MPSStrategy || d.limitsShareMemory()
 }
+
+// limitsShareMemory: the device is a share whose consumed memory the
+// plugin enforces.
+func (d *Device) limitsShareMemory() bool { return d.Share && d.ShareMemory > 0 }
 
 // TimeSlice returns the interval to apply, if the device is time-sliced.
 func (d *Device) TimeSlice() (v1alpha1.TimeSliceInterval, bool) {
@@ -96,12 +102,17 @@ func (d *Device) TimeSlice() (v1alpha1.TimeSliceInterval, bool) {
 }
 
 // Check refuses combinations that cannot be enforced: a time-sliced
-// consumable share (its memory could not be limited).
+// consumable share that consumed memory (its memory is limited through an
+// MPS server of its own, whose clients MPS runs side by side rather than in
+// time slices). A share that consumed no memory may be time-sliced; the
+// GPU's one time slice must then agree with its other holders' (the
+// prepare state machine checks that).
 func Check(devs []Device) error {
 	for _, d := range devs {
-		if d.Share && d.Strategy() == v1alpha1.TimeSlicingStrategy {
-			return fmt.Errorf("%w: %s is a consumable share of GPU %s, whose memory is enforced through MPS; "+
-				"strategy TimeSlicing cannot limit it — use strategy MPS or leave sharing unset", ErrUnenforceable, d.Name, d.UUID)
+		if d.limitsShareMemory() && d.Strategy() == v1alpha1.TimeSlicingStrategy {
+			return fmt.Errorf("%w: %s is a consumable share of %s (%s of memory), whose memory is enforced through MPS; "+
+				"strategy TimeSlicing cannot limit it — use strategy MPS, leave sharing unset, or request no memory "+
+				"(on a node with --consumable-shares=unlimited or a count)", ErrUnenforceable, d.Name, d.UUID, MiB(d.ShareMemory))
 		}
 	}
 	return nil

@@ -67,9 +67,9 @@ type Options struct {
 	// taints or counters lower the API limit to 64; callers that publish
 	// such devices pass that limit.
 	MaxDevicesPerSlice int
-	// ConsumableMemory publishes every GPU as shareable by memory (see
-	// WithConsumableMemory).
-	ConsumableMemory bool
+	// ConsumableShares publishes whole GPUs and static MIG devices as
+	// consumable shares (see WithConsumableShares); the zero value does not.
+	ConsumableShares ConsumableShares
 	// NVIDIAAttributes adds the attributes and capacities of NVIDIA's DRA
 	// driver (WithNVIDIAAttributes), for the NVIDIA compatibility mode.
 	NVIDIAAttributes bool
@@ -133,10 +133,8 @@ func Resources(poolName string, node *model.Node, opts Options) (resourceslice.D
 			return resourceslice.DriverResources{}, err
 		}
 	}
-	if opts.ConsumableMemory {
-		if err := WithConsumableMemory(devices); err != nil {
-			return resourceslice.DriverResources{}, err
-		}
+	if err := WithConsumableShares(devices, opts.ConsumableShares); err != nil {
+		return resourceslice.DriverResources{}, err
 	}
 	if opts.NUMAList {
 		WithNUMAList(node, devices)

@@ -81,6 +81,9 @@ spec:
         - --mig-profiles={{ join "," . }}
         {{- end }}
         - --numa-node-attribute={{ $p.numaNodeAttribute | default "scalar" }}
+        {{- with $p.consumableShares | default $root.Values.consumableShares | toString }}
+        - --consumable-shares={{ . }}
+        {{- end }}
         # NVML and the driver's files are read at /driver-root (the mount
         # below); CDI specs name them as the host sees them.
         - --nvidia-driver-root=/driver-root
