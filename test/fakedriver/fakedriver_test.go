@@ -199,6 +199,7 @@ func TestGenerateBuiltinProfiles(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, g.pcieRoot, *attr.Value.StringValue, "PCIe root of %s", g.busID)
 			}
+			require.NoFileExists(t, filepath.Join(root, "dev/nvidia-caps-imex-channels"), "no IMEX channel nodes until someone creates them")
 			entries, err := os.ReadDir(filepath.Join(root, "dev"))
 			require.NoError(t, err)
 			require.Len(t, entries, len(gpus)+5, "nvidia<N> per GPU, nvidiactl, nvidia-modeset, nvidia-uvm, nvidia-uvm-tools, nvidia-caps/")
