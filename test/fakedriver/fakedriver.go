@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -190,7 +191,7 @@ func (o *Options) complete() error {
 		}
 		o.ToolsDir = filepath.Dir(exe)
 	}
-	for _, tool := range Tools {
+	for _, tool := range slices.Sorted(maps.Values(Tools)) {
 		if _, err := os.Stat(filepath.Join(o.ToolsDir, tool)); err != nil {
 			return fmt.Errorf("fake tool %s not found in %s (build it with `make build`, or set --tools-dir): %w", tool, o.ToolsDir, err)
 		}

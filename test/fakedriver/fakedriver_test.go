@@ -36,7 +36,7 @@ func testInputs(t *testing.T, profile string) Options {
 	in := t.TempDir()
 	lib := filepath.Join(in, "libnvidia-ml-sim.so")
 	require.NoError(t, os.WriteFile(lib, stubELF(NVMLSONAME), 0o755))
-	for _, tool := range []string{FakeNvidiaSMI, FakeMPSControl} {
+	for _, tool := range Tools {
 		require.NoError(t, os.WriteFile(filepath.Join(in, tool), []byte("#!/bin/sh\necho "+tool+"\n"), 0o755))
 	}
 	return Options{Dir: filepath.Join(t.TempDir(), "root"), Profile: profile, Node: testNode, NVMLLibrary: lib, ToolsDir: in}
@@ -317,7 +317,7 @@ func TestGenerateRefuses(t *testing.T) {
 		{"no profile", func(t *testing.T, o *Options) { o.Profile = "" }, "--profile"},
 		{"unknown profile", func(t *testing.T, o *Options) { o.Profile = "nope" }, `unknown simulation profile "nope"`},
 		{"no library", func(t *testing.T, o *Options) { o.NVMLLibrary = filepath.Join(t.TempDir(), "x.so") }, "make sim-nvml-lib"},
-		{"no tools", func(t *testing.T, o *Options) { o.ToolsDir = t.TempDir() }, "fake tool gpudra-fake-nvidia-smi not found"},
+		{"no tools", func(t *testing.T, o *Options) { o.ToolsDir = t.TempDir() }, "fake tool gpudra-fake-imex not found"},
 		{"foreign directory", func(t *testing.T, o *Options) {
 			require.NoError(t, os.MkdirAll(filepath.Join(o.Dir, "home"), 0o755))
 		}, `it holds "home"`},

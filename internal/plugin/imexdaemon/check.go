@@ -41,7 +41,7 @@ func Check(ctx context.Context, o Options) error {
 	case err != nil:
 		return fmt.Errorf("%s -q failed: %w; output: %q", bin, err, answer)
 	case answer != imex.Ready:
-		return fmt.Errorf("%w: nvidia-imex-ctl -q answered %q (the daemons listed in the node list must all be reachable on port %d)", ErrNotReady, answer, imex.ServerPort)
+		return fmt.Errorf("%w: nvidia-imex-ctl -q answered %q (the daemons listed in the node list must all be reachable on port %d)", ErrNotReady, answer, o.ServerPort)
 	}
 	return nil
 }

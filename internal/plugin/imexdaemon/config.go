@@ -33,13 +33,13 @@ func (o *Options) config() []byte {
 	set("LOG_USE_SYSLOG", 0)
 	set("DAEMONIZE", 0)
 	set("BIND_INTERFACE_IP", "")
-	set("SERVER_PORT", imex.ServerPort)
+	set("SERVER_PORT", o.ServerPort)
 	set("IMEX_NODE_CONFIG_FILE", o.nodesPath())
 	set("IMEX_WAIT_FOR_QUORUM", "RECOVERY")
 	set("IMEX_ENABLE_AUTH_ENCRYPTION", 0)
 	set("IMEX_CMD_ENABLED", 1)
 	set("IMEX_CMD_BIND_INTERFACE_IP", imex.CmdAddress)
-	set("IMEX_CMD_PORT", imex.CmdPort)
+	set("IMEX_CMD_PORT", o.CmdPort)
 	return b.Bytes()
 }
 

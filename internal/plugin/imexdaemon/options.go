@@ -50,6 +50,9 @@ type Options struct {
 	StopTimeout time.Duration
 	// CheckTimeout bounds nvidia-imex-ctl in check (default 5s).
 	CheckTimeout time.Duration
+	// ServerPort and CmdPort default to imex.ServerPort and imex.CmdPort;
+	// tests that run several daemons on one host set others.
+	ServerPort, CmdPort int
 }
 
 // FromEnv reads the contract's environment variables.
@@ -71,6 +74,12 @@ func (o *Options) defaults() {
 	def(&o.CheckTimeout, 5*time.Second)
 	if o.MaxRestarts <= 0 {
 		o.MaxRestarts = 5
+	}
+	if o.ServerPort == 0 {
+		o.ServerPort = imex.ServerPort
+	}
+	if o.CmdPort == 0 {
+		o.CmdPort = imex.CmdPort
 	}
 	if o.TmpDir == "" {
 		o.TmpDir = "/"

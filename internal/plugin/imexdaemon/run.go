@@ -91,7 +91,7 @@ func Run(ctx context.Context, o Options) error {
 			failures++
 			if failures >= o.MaxRestarts {
 				return fmt.Errorf("%w: it exited %d times in a row within %s of its start, the last time with %v; its output above says why (is the IMEX package's version the driver's? is SERVER_PORT %d free?)",
-					ErrKeepsDying, failures, o.StableAfter, exitText(werr), imex.ServerPort)
+					ErrKeepsDying, failures, o.StableAfter, exitText(werr), o.ServerPort)
 			}
 			logger.Error(werr, "nvidia-imex exited; restarting it", "after", backoff, "failures", failures, "max", o.MaxRestarts)
 			select {
