@@ -24,7 +24,7 @@ const (
 	// IMEXChannelsMajor: nvidia-caps-imex-channels in proc/devices, the
 	// major of dev/nvidia-caps-imex-channels/channel<N>. The root has no
 	// such nodes: on a real host they do not exist until someone creates
-	// them (the driver creates none unless told to at load time).
+	// them; the least kind assumption is that nobody has.
 	IMEXChannelsMajor = 123
 
 	CtlMinor     = 255

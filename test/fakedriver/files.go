@@ -67,10 +67,6 @@ var FirmwareFiles = []string{"gsp_ga10x.bin", "gsp_tu10x.bin"}
 var Tools = map[string]string{"nvidia-smi": FakeNvidiaSMI, "nvidia-cuda-mps-control": FakeMPSControl,
 	"nvidia-imex": FakeIMEX, "nvidia-imex-ctl": FakeIMEXCtl}
 
-// NotContainerTools are the Tools that NVIDIA's CDI generation (nvcdi)
-// does not mount into containers.
-var NotContainerTools = []string{"nvidia-imex", "nvidia-imex-ctl"}
-
 func (w *writer) libraries(layout Layout, version, nvmlLibrary string) {
 	libDir := layout.LibDir
 	nvml := "libnvidia-ml.so." + version

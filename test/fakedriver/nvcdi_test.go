@@ -118,9 +118,6 @@ func TestNvcdiDiscovery(t *testing.T) {
 				want = append(want, "/lib/firmware/nvidia/"+version+"/"+fw)
 			}
 			for name := range Tools {
-				if slices.Contains(NotContainerTools, name) {
-					continue
-				}
 				want = append(want, "/"+BinDir+"/"+name)
 			}
 			for _, name := range StubBinaries {

@@ -164,3 +164,11 @@ func TestRunStopsOnCancelDuringBackoff(t *testing.T) {
 	defer cancel()
 	require.NoError(t, Run(ctx, o))
 }
+
+// TestDefaults: the timings docs/computedomains.md states.
+func TestDefaults(t *testing.T) {
+	var o Options
+	o.defaults()
+	require.Equal(t, Options{TmpDir: "/", Poll: time.Second, MaxRestarts: 5, StableAfter: time.Minute, Backoff: time.Second,
+		StopTimeout: 10 * time.Second, CheckTimeout: 5 * time.Second, ServerPort: 50000, CmdPort: 50005}, o)
+}
