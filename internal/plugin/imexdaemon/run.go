@@ -27,11 +27,12 @@ type child struct {
 
 // Run writes the configuration and the node list, then runs nvidia-imex in
 // the foreground until ctx ends (SIGTERM or SIGINT to this process: the
-// signal is passed on and the child waited for). A changed node list
-// restarts it: that is how NVIDIA's daemon makes nvidia-imex take a new
-// list of addresses. A child that dies is restarted after a backoff; one
-// that dies MaxRestarts times in a row, each within StableAfter of its
-// start, ends Run with ErrKeepsDying.
+// signal is passed on and the child waited for). nvidia-imex starts once the
+// node list names at least one address (the node side may write it after
+// the pod starts). A changed node list restarts it: that is how NVIDIA's
+// daemon makes nvidia-imex take a new list of addresses. A child that dies
+// is restarted after a backoff; one that dies MaxRestarts times in a row,
+// each within StableAfter of its start, ends Run with ErrKeepsDying.
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
 	if err := o.Validate(true); err != nil {
@@ -52,10 +53,20 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.writeNodes(nodes); err != nil {
 		return err
 	}
-	logger.Info("Starting nvidia-imex", "binary", bin, "chroot", o.DriverRoot, "config", o.configPath(), "nodes", string(nodes))
-	c, err := o.start(ctx, bin)
-	if err != nil {
-		return err
+	var c *child // nil while the node list is empty
+	exited := func() <-chan error {
+		if c == nil {
+			return nil
+		}
+		return c.exited
+	}
+	if len(nodes) > 0 {
+		logger.Info("Starting nvidia-imex", "binary", bin, "chroot", o.DriverRoot, "config", o.configPath(), "nodes", string(nodes))
+		if c, err = o.start(ctx, bin); err != nil {
+			return err
+		}
+	} else {
+		logger.Info("The domain's node list is empty; nvidia-imex starts once it names an address", "nodesConfig", o.NodesConfig)
 	}
 	failures, backoff := 0, o.Backoff
 	poll := time.NewTicker(o.Poll)
@@ -63,8 +74,10 @@ func Run(ctx context.Context, o Options) error {
 	for {
 		select {
 		case <-ctx.Done():
-			logger.Info("Stopping nvidia-imex")
-			o.stop(ctx, c)
+			if c != nil {
+				logger.Info("Stopping nvidia-imex")
+				o.stop(ctx, c)
+			}
 			return nil
 		case <-poll.C:
 			next, err := o.readNodes()
@@ -79,12 +92,19 @@ func Run(ctx context.Context, o Options) error {
 				return err
 			}
 			nodes = next
-			logger.Info("Node list changed; restarting nvidia-imex", "nodes", string(nodes))
-			o.stop(ctx, c)
+			if c != nil {
+				logger.Info("Node list changed; restarting nvidia-imex", "nodes", string(nodes))
+				o.stop(ctx, c)
+				c = nil
+			}
+			if len(nodes) == 0 {
+				logger.Info("The domain's node list is empty; nvidia-imex waits for addresses")
+				continue
+			}
 			if c, err = o.start(ctx, bin); err != nil {
 				return err
 			}
-		case werr := <-c.exited:
+		case werr := <-exited():
 			if time.Since(c.started) >= o.StableAfter {
 				failures, backoff = 0, o.Backoff
 			}

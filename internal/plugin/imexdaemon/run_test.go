@@ -129,6 +129,7 @@ func TestRunGivesUp(t *testing.T) {
 			o.MaxRestarts = 3
 			count := filepath.Join(t.TempDir(), "count")
 			script(t, bin, imex.DaemonBinary, "echo x >> "+count+"\n"+tc.body+"\n")
+			require.NoError(t, os.WriteFile(o.NodesConfig, []byte("10.0.0.1\n"), 0o644))
 			_, ctx := ktesting.NewTestContext(t)
 			err := Run(ctx, o)
 			require.ErrorIs(t, err, ErrKeepsDying)
@@ -159,6 +160,7 @@ func TestRunStopsOnCancelDuringBackoff(t *testing.T) {
 	o, bin := testOptions(t)
 	o.Backoff = time.Hour
 	script(t, bin, imex.DaemonBinary, "exit 1\n")
+	require.NoError(t, os.WriteFile(o.NodesConfig, []byte("10.0.0.1\n"), 0o644))
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
@@ -171,4 +173,30 @@ func TestDefaults(t *testing.T) {
 	o.defaults()
 	require.Equal(t, Options{TmpDir: "/", Poll: time.Second, MaxRestarts: 5, StableAfter: time.Minute, Backoff: time.Second,
 		StopTimeout: 10 * time.Second, CheckTimeout: 5 * time.Second, ServerPort: 50000, CmdPort: 50005}, o)
+}
+
+// TestRunWaitsForNodes: nvidia-imex starts only once the node list names
+// an address, and stops while the list is empty.
+func TestRunWaitsForNodes(t *testing.T) {
+	o, bin := testOptions(t)
+	starts := filepath.Join(t.TempDir(), "starts")
+	script(t, bin, imex.DaemonBinary, `echo "start $$" >> `+starts+`
+trap 'echo "term $$" >> `+starts+`; exit 0' TERM
+while :; do sleep 0.02; done
+`)
+	stop, _ := runAsync(t, o)
+	time.Sleep(10 * o.Poll)
+	require.Empty(t, lines(t, starts), "no file yet")
+	require.NoError(t, os.WriteFile(o.NodesConfig, []byte("\n"), 0o644))
+	time.Sleep(10 * o.Poll)
+	require.Empty(t, lines(t, starts), "an empty list")
+
+	require.NoError(t, os.WriteFile(o.NodesConfig, []byte("10.0.0.1\n"), 0o644))
+	require.Eventually(t, func() bool { return len(lines(t, starts)) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, os.WriteFile(o.NodesConfig, nil, 0o644))
+	require.Eventually(t, func() bool { return len(lines(t, starts)) == 4 }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(10 * o.Poll)
+	l := lines(t, starts)
+	require.Equal(t, []string{"start", l[1], "term", l[1]}, l, "stopped, not started again")
+	require.NoError(t, stop())
 }
