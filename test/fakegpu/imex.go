@@ -135,7 +135,7 @@ func IMEX(args []string, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "fake nvidia-imex: command service: %v\n", err)
 		return 1
 	}
-	defer cmdL.Close()
+	defer func() { _ = cmdL.Close() }()
 	go d.serveCmd(cmdL)
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
@@ -249,7 +249,7 @@ func dialPeer(addr string) bool {
 	if err != nil {
 		return false
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(imexDialTimeout))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return err == nil && strings.TrimSpace(line) == imexHello

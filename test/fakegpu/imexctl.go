@@ -23,7 +23,7 @@ func (d *imexDaemon) serveCmd(l net.Listener) {
 			return
 		}
 		go func() {
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			_ = c.SetDeadline(time.Now().Add(clientTimeout))
 			req, err := bufio.NewReader(c).ReadString('\n')
 			if err != nil {
@@ -99,7 +99,7 @@ func imexRequest(addr, req string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(clientTimeout))
 	if _, err := fmt.Fprintln(c, req); err != nil {
 		return "", err

@@ -159,6 +159,8 @@ func (o *Options) stop(ctx context.Context, c *child) {
 	case <-time.After(o.StopTimeout):
 		logger.Info("nvidia-imex did not end after SIGTERM; killing it", "timeout", o.StopTimeout)
 		_ = c.cmd.Process.Kill()
-		<-c.exited
+		if err := <-c.exited; err != nil {
+			logger.V(4).Info("nvidia-imex killed", "status", err)
+		}
 	}
 }
