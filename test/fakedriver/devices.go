@@ -21,6 +21,11 @@ const (
 	UVMMajor = 121
 	// CapsMajor: dev/nvidia-caps/nvidia-cap<N>, N from mig-minors.
 	CapsMajor = 122
+	// IMEXChannelsMajor: nvidia-caps-imex-channels in proc/devices, the
+	// major of dev/nvidia-caps-imex-channels/channel<N>. The root has no
+	// such nodes: on a real host they do not exist until someone creates
+	// them; the least kind assumption is that nobody has.
+	IMEXChannelsMajor = 123
 
 	CtlMinor     = 255
 	ModesetMinor = 254
@@ -92,8 +97,13 @@ func (w *writer) deviceNodes(f *nodeFacts) {
 	// The driver's capability files for config and monitor.
 	w.file("proc/driver/nvidia/capabilities/mig/config", capFile(1, 0o400), 0o444)
 	w.file("proc/driver/nvidia/capabilities/mig/monitor", capFile(2, 0o444), 0o444)
-	w.file("proc/devices", fmt.Appendf(nil, "Character devices:\n%3d nvidia-frontend\n%3d nvidia-uvm\n%3d nvidia-caps\n\nBlock devices:\n",
-		FrontendMajor, UVMMajor, CapsMajor), 0o444)
+	w.file("proc/devices", procDevices(), 0o444)
+}
+
+// procDevices is the root's proc/devices: the driver's character devices.
+func procDevices() []byte {
+	return fmt.Appendf(nil, "Character devices:\n%3d nvidia-frontend\n%3d nvidia-uvm\n%3d nvidia-caps\n%3d nvidia-caps-imex-channels\n\nBlock devices:\n",
+		FrontendMajor, UVMMajor, CapsMajor, IMEXChannelsMajor)
 }
 
 func capFile(minor int, mode os.FileMode) []byte {

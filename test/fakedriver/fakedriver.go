@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,6 +66,8 @@ var Layouts = map[string]Layout{
 const (
 	FakeNvidiaSMI  = "gpudra-fake-nvidia-smi"
 	FakeMPSControl = "gpudra-fake-mps-control"
+	FakeIMEX       = "gpudra-fake-imex"
+	FakeIMEXCtl    = "gpudra-fake-imex-ctl"
 )
 
 // Options of Generate.
@@ -79,7 +82,7 @@ type Options struct {
 	Node string
 	// NVMLLibrary is the built simulated libnvidia-ml (make sim-nvml-lib).
 	NVMLLibrary string
-	// ToolsDir holds gpudra-fake-nvidia-smi and gpudra-fake-mps-control;
+	// ToolsDir holds the fake tools (Tools);
 	// default: the directory of the running executable.
 	ToolsDir string
 	// Layout names one of Layouts; default "host".
@@ -188,7 +191,7 @@ func (o *Options) complete() error {
 		}
 		o.ToolsDir = filepath.Dir(exe)
 	}
-	for _, tool := range []string{FakeNvidiaSMI, FakeMPSControl} {
+	for _, tool := range slices.Sorted(maps.Values(Tools)) {
 		if _, err := os.Stat(filepath.Join(o.ToolsDir, tool)); err != nil {
 			return fmt.Errorf("fake tool %s not found in %s (build it with `make build`, or set --tools-dir): %w", tool, o.ToolsDir, err)
 		}

@@ -36,7 +36,7 @@ func testInputs(t *testing.T, profile string) Options {
 	in := t.TempDir()
 	lib := filepath.Join(in, "libnvidia-ml-sim.so")
 	require.NoError(t, os.WriteFile(lib, stubELF(NVMLSONAME), 0o755))
-	for _, tool := range []string{FakeNvidiaSMI, FakeMPSControl} {
+	for _, tool := range Tools {
 		require.NoError(t, os.WriteFile(filepath.Join(in, tool), []byte("#!/bin/sh\necho "+tool+"\n"), 0o755))
 	}
 	return Options{Dir: filepath.Join(t.TempDir(), "root"), Profile: profile, Node: testNode, NVMLLibrary: lib, ToolsDir: in}
@@ -199,6 +199,7 @@ func TestGenerateBuiltinProfiles(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, g.pcieRoot, *attr.Value.StringValue, "PCIe root of %s", g.busID)
 			}
+			require.NoFileExists(t, filepath.Join(root, "dev/nvidia-caps-imex-channels"), "no IMEX channel nodes until someone creates them")
 			entries, err := os.ReadDir(filepath.Join(root, "dev"))
 			require.NoError(t, err)
 			require.Len(t, entries, len(gpus)+5, "nvidia<N> per GPU, nvidiactl, nvidia-modeset, nvidia-uvm, nvidia-uvm-tools, nvidia-caps/")
@@ -316,7 +317,7 @@ func TestGenerateRefuses(t *testing.T) {
 		{"no profile", func(t *testing.T, o *Options) { o.Profile = "" }, "--profile"},
 		{"unknown profile", func(t *testing.T, o *Options) { o.Profile = "nope" }, `unknown simulation profile "nope"`},
 		{"no library", func(t *testing.T, o *Options) { o.NVMLLibrary = filepath.Join(t.TempDir(), "x.so") }, "make sim-nvml-lib"},
-		{"no tools", func(t *testing.T, o *Options) { o.ToolsDir = t.TempDir() }, "fake tool gpudra-fake-nvidia-smi not found"},
+		{"no tools", func(t *testing.T, o *Options) { o.ToolsDir = t.TempDir() }, "fake tool gpudra-fake-imex not found"},
 		{"foreign directory", func(t *testing.T, o *Options) {
 			require.NoError(t, os.MkdirAll(filepath.Join(o.Dir, "home"), 0o755))
 		}, `it holds "home"`},

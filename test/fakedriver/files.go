@@ -62,7 +62,10 @@ const RecordHook = "usr/libexec/gpudra-sim/record-process"
 var FirmwareFiles = []string{"gsp_ga10x.bin", "gsp_tu10x.bin"}
 
 // Tools maps the names the fake tools get in usr/bin to their builds.
-var Tools = map[string]string{"nvidia-smi": FakeNvidiaSMI, "nvidia-cuda-mps-control": FakeMPSControl}
+// nvidia-imex and nvidia-imex-ctl come with NVIDIA's IMEX package, which
+// hosts with multi-node NVLink install beside the driver.
+var Tools = map[string]string{"nvidia-smi": FakeNvidiaSMI, "nvidia-cuda-mps-control": FakeMPSControl,
+	"nvidia-imex": FakeIMEX, "nvidia-imex-ctl": FakeIMEXCtl}
 
 func (w *writer) libraries(layout Layout, version, nvmlLibrary string) {
 	libDir := layout.LibDir

@@ -66,6 +66,8 @@ func build() (string, error) {
 	builds := map[string][]string{
 		FakeNvidiaSMI:  {"build", "-o", FakeNvidiaSMI + tmp, "./test/cmd/" + FakeNvidiaSMI},
 		FakeMPSControl: {"build", "-o", FakeMPSControl + tmp, "./test/cmd/" + FakeMPSControl},
+		FakeIMEX:       {"build", "-o", FakeIMEX + tmp, "./test/cmd/" + FakeIMEX},
+		FakeIMEXCtl:    {"build", "-o", FakeIMEXCtl + tmp, "./test/cmd/" + FakeIMEXCtl},
 	}
 	if os.Getenv(LibraryEnv) == "" {
 		lib := filepath.Join(dir, libraryFile)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/internal/shared/imex"
 )
 
 // DaemonCommand and DaemonCheckCommand are the IMEX daemon's entry point
@@ -120,10 +121,10 @@ func (c *Controller) daemonSet(k key, cd *v1alpha1.ComputeDomain) *appsv1.Daemon
 	labels := map[string]string{c.cd.Label: uid}
 	m := c.meta(k, cd, name, c.cfg.Namespace)
 	env := []corev1.EnvVar{
-		{Name: "COMPUTE_DOMAIN_UID", Value: uid},
-		{Name: "COMPUTE_DOMAIN", Value: k.String()},
-		{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
-		{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		{Name: imex.DomainUIDEnv, Value: uid},
+		{Name: imex.DomainEnv, Value: k.String()},
+		{Name: imex.NodeNameEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+		{Name: imex.PodIPEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 	}
 	return &appsv1.DaemonSet{
 		ObjectMeta: m,
