@@ -29,8 +29,8 @@ import (
 // node with one GPU: in every mode the replicas each get a share
 // (ShareID) of that one GPU; a share of memory is held to it by an MPS
 // limit, a share of no memory runs without MPS; with a count of 4 a fifth
-// replica stays Pending. One reinstall per mode; the native chart is
-// installed again at the end.
+// replica stays Pending. One reinstall per mode (with static MIG); the
+// native chart is installed again at the end.
 func TestNVIDIAConsumableShares(t *testing.T) {
 	const node = "nv-share"
 	clusterCmd(t, "add-node", node+"="+filepath.Join(repoRoot, "test", "localcluster", "profiles", "h100x1.yaml"))
@@ -48,7 +48,9 @@ func TestNVIDIAConsumableShares(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if err := realCluster.InstallDriver(ctx, "compatibility=nvidia", "consumableShares="+mode); err != nil {
+		// Static MIG, NVIDIA's mode without its DynamicMIG gate: the plugin
+		// refuses shares with the local cluster's default --mig=dynamic.
+		if err := realCluster.InstallDriver(ctx, "compatibility=nvidia", "consumableShares="+mode, "kubeletPlugin.mig=static"); err != nil {
 			t.Fatalf("install with compatibility=nvidia consumableShares=%s: %v", mode, err)
 		}
 	}
