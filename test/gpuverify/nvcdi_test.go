@@ -22,7 +22,7 @@ func generatedRoot(t *testing.T, profile string) string {
 	in := t.TempDir()
 	lib := filepath.Join(in, "libnvidia-ml-sim.so")
 	require.NoError(t, os.WriteFile(lib, []byte("stand-in: NVML is simulated in process\n"), 0o755))
-	for _, tool := range []string{fakedriver.FakeNvidiaSMI, fakedriver.FakeMPSControl} {
+	for _, tool := range fakedriver.Tools {
 		require.NoError(t, os.WriteFile(filepath.Join(in, tool), []byte("#!/bin/sh\nexit 1\n"), 0o755))
 	}
 	root := filepath.Join(t.TempDir(), "driver-root")

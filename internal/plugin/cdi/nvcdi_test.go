@@ -79,7 +79,11 @@ func nvcdiFixture(t *testing.T) (string, *sim.Server, *model.Node) {
 	// The plugin's view of the root: generated here.
 	seen := filepath.Join(dir, "driver-root")
 	// Stand-ins: nvcdi gets the simulated NVML in process, and runs no tool.
-	for _, f := range []string{"libnvidia-ml.so", fakedriver.FakeNvidiaSMI, fakedriver.FakeMPSControl} {
+	standIns := []string{"libnvidia-ml.so"}
+	for _, tool := range fakedriver.Tools {
+		standIns = append(standIns, tool)
+	}
+	for _, f := range standIns {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("stand-in"), 0o755))
 	}
 	require.NoError(t, fakedriver.Generate(fakedriver.Options{Dir: seen, Profile: "dgx-a100", Node: "n1",
