@@ -79,7 +79,7 @@ e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-ins
 # where the policies are the plugin's only confinement: each suite run has etcd and that kube-apiserver only.
 POLICY_VERSIONS ?= 1.34 1.35
 POLICY_TESTS = ^(TestHelmPluginAdmissionPolicy|TestHelmControllerAdmissionPolicy)$$
-policy-versions: k8s-binaries $(HELM) ## Chart policies and RBAC evaluated by kube-apiservers 1.34 and 1.35 (built once, ~10 min each cold)
+policy-versions: k8s-binaries $(HELM) ## Chart policies and RBAC evaluated by kube-apiservers 1.34 and 1.35 (built once: 25-42 min each cold on 2 cores)
 	for v in $(POLICY_VERSIONS); do MODULE=hack/apiserver-$$v TARGETS=kube-apiserver ./hack/build-k8s.sh || exit 1; done
 	set -e; for v in $(POLICY_VERSIONS); do \
 	  bin=$$(ls $(OUTPUT)/bin/kube-apiserver-v$$v.* | head -1); echo "== policies on $$(basename $$bin)"; \
