@@ -77,7 +77,12 @@ func Policy(t testing.TB, name string, args ...string) validating.Validator {
 // create) of the given resource by userName and returns whether it is
 // admitted and the denials.
 func EvalWrite(v validating.Validator, userName string, gvr schema.GroupVersionResource, kind string, obj, old runtime.Object) (bool, []string) {
-	u := &user.DefaultInfo{Name: userName}
+	return EvalWriteAs(v, &user.DefaultInfo{Name: userName}, gvr, kind, obj, old)
+}
+
+// EvalWriteAs is EvalWrite by the user u (e.g. with the node name a
+// pod-bound token carries in its extra).
+func EvalWriteAs(v validating.Validator, u user.Info, gvr schema.GroupVersionResource, kind string, obj, old runtime.Object) (bool, []string) {
 	op, opts, named := admission.Update, runtime.Object(&metav1.UpdateOptions{}), obj
 	switch {
 	case old == nil:

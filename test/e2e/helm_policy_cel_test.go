@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -13,11 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
-	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/test/chart"
 )
 
 // chartPolicy renders the chart and returns the compiled policy named
@@ -45,31 +43,7 @@ func evalWrite(v validating.Validator, userName, node string, gv schema.GroupVer
 	if node != "" {
 		u.Extra = map[string][]string{nodeNameExtra: {node}}
 	}
-	op, opts, named := admission.Update, runtime.Object(&metav1.UpdateOptions{}), obj
-	switch {
-	case old == nil:
-		op, opts = admission.Create, &metav1.CreateOptions{}
-	case obj == nil:
-		op, opts, named = admission.Delete, &metav1.DeleteOptions{}, old
-	}
-	m, _ := named.(metav1.Object)
-	gvr, gvk := gv.WithResource(resource), gv.WithKind(kind)
-	attrs := admission.NewAttributesRecord(obj, old, gvk, m.GetNamespace(), m.GetName(), gvr, "", op, opts, false, u)
-	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk}
-	if obj != nil {
-		versioned.VersionedObject = admission.NewLazyObject(obj)
-	}
-	if old != nil {
-		versioned.VersionedOldObject = admission.NewLazyObject(old)
-	}
-	res := v.Validate(context.Background(), gvr, versioned, nil, nil, celconfig.RuntimeCELCostBudget, nil)
-	var denials []string
-	for _, d := range res.Decisions {
-		if d.Action != validating.ActionAdmit {
-			denials = append(denials, fmt.Sprintf("%s (%s): %s", d.Evaluation, d.Reason, d.Message))
-		}
-	}
-	return len(denials) == 0, denials
+	return chart.EvalWriteAs(v, u, gv.WithResource(resource), kind, obj, old)
 }
 
 // TestHelmSlicePolicyRules evaluates the chart's ResourceSlice policy with
