@@ -74,13 +74,7 @@ func TestDiscoverAddressingModeFromSimulatedProfiles(t *testing.T) {
 		t.Run(profile, func(t *testing.T) {
 			p, err := sim.Load(profile, nil)
 			require.NoError(t, err)
-			srv := sim.NewServer(p, "node-a")
-			require.Equal(t, nvml.SUCCESS, srv.Init())
-			t.Cleanup(func() { _ = srv.Shutdown() })
-			node, err := Discover(context.Background(), srv, Options{})
-			require.NoError(t, err)
-			require.NotEmpty(t, node.GPUs)
-			for _, g := range node.GPUs {
+			for _, g := range discoverSimulated(t, p).GPUs {
 				assert.Equal(t, want, g.AddressingMode, "GPU %d", g.Index)
 			}
 		})

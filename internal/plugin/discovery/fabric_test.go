@@ -191,13 +191,7 @@ func TestDiscoverFabricFromSimulatedProfiles(t *testing.T) {
 				p, err = sim.Load(tc.profile, nil)
 			}
 			require.NoError(t, err)
-			srv := sim.NewServer(p, "node-a")
-			require.Equal(t, nvml.SUCCESS, srv.Init())
-			t.Cleanup(func() { _ = srv.Shutdown() })
-			node, err := Discover(context.Background(), srv, Options{})
-			require.NoError(t, err)
-			require.NotEmpty(t, node.GPUs)
-			for _, g := range node.GPUs {
+			for _, g := range discoverSimulated(t, p).GPUs {
 				if tc.state == "" {
 					assert.Nil(t, g.Fabric, "GPU %d", g.Index)
 					continue
@@ -233,4 +227,17 @@ func TestDiscoverFabricLooksUpSymbols(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, node.GPUs, 1)
 	require.Nil(t, node.GPUs[0].Fabric)
+}
+
+// discoverSimulated discovers the GPUs of a simulated node of profile p,
+// through the simulator in process; the node has at least one.
+func discoverSimulated(t *testing.T, p *sim.Profile) *model.Node {
+	t.Helper()
+	srv := sim.NewServer(p, "node-a")
+	require.Equal(t, nvml.SUCCESS, srv.Init())
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	node, err := Discover(context.Background(), srv, Options{})
+	require.NoError(t, err)
+	require.NotEmpty(t, node.GPUs)
+	return node
 }
