@@ -227,10 +227,12 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	}
 	reg8n.attach(helper)
 	_ = pub.Attach(ctx, helper) // publishes nothing before the leader says so
-	leader := newSliceLeader(o, pub, hs, func(ctx context.Context) {
-		if err := publishFirst(ctx, client, o.DriverName, o.NodeName, pub.Desired()); err != nil {
+	leader := newSliceLeader(o, pub, hs, func(ctx context.Context) int64 {
+		generation, err := publishFirst(ctx, client, o.DriverName, o.NodeName, pub.Desired())
+		if err != nil {
 			logger.Error(err, "Could not publish the first ResourceSlice directly; the ResourceSlice controller will")
 		}
+		return generation
 	})
 	if err := leader.start(ctx); err != nil {
 		helper.Stop()

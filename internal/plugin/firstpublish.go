@@ -20,12 +20,16 @@ import (
 
 // publishFirst creates the node's ResourceSlices directly when the node has
 // none of this driver, so that a new node's GPUs become allocatable without
-// waiting for the helper's ResourceSlice controller.
+// waiting for the helper's ResourceSlice controller. It returns the pool
+// generation the controller is to publish: 1 for the slices it created;
+// one above the highest generation found when the node already has slices
+// (an earlier instance published them), so that the controller rewrites
+// them as a new generation; 0 (the controller's own choice) on an error.
 //
 // The resourceslice controller stays the slices' only owner: it adopts
 // these (same content, names and pool generation) and writes nothing.
 // Design and measurements: docs/design/first-publish.md.
-func publishFirst(ctx context.Context, client kubernetes.Interface, driverName, nodeName string, resources resourceslice.DriverResources) error {
+func publishFirst(ctx context.Context, client kubernetes.Interface, driverName, nodeName string, resources resourceslice.DriverResources) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	existing, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
@@ -33,24 +37,28 @@ func publishFirst(ctx context.Context, client kubernetes.Interface, driverName, 
 		resourceapi.ResourceSliceSelectorNodeName: nodeName,
 	}.String()})
 	if err != nil {
-		return fmt.Errorf("list ResourceSlices of node %s: %w", nodeName, err)
+		return 0, fmt.Errorf("list ResourceSlices of node %s: %w", nodeName, err)
 	}
 	if len(existing.Items) > 0 {
-		return nil
+		var highest int64
+		for _, s := range existing.Items {
+			highest = max(highest, s.Spec.Pool.Generation)
+		}
+		return highest + 1, nil
 	}
 	node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("get node %s (owner of its ResourceSlices): %w", nodeName, err)
+		return 0, fmt.Errorf("get node %s (owner of its ResourceSlices): %w", nodeName, err)
 	}
 	logger := klog.FromContext(ctx)
 	for _, s := range firstSlices(driverName, node.Name, node.UID, resources) {
 		created, err := client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{})
 		if err != nil {
-			return fmt.Errorf("create ResourceSlice for pool %s: %w", s.Spec.Pool.Name, err)
+			return 0, fmt.Errorf("create ResourceSlice for pool %s: %w", s.Spec.Pool.Name, err)
 		}
 		logger.V(3).Info("Published first ResourceSlice", "slice", klog.KObj(created), "devices", len(created.Spec.Devices))
 	}
-	return nil
+	return 1, nil
 }
 
 // firstSlices are the slices the resourceslice controller would create for

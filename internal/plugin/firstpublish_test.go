@@ -69,7 +69,9 @@ func TestPublishFirstIsAdoptedByTheController(t *testing.T) {
 			defer cancel()
 			client, writes := sliceAPI(t)
 			res := testResources(t, tc.maxPerSlice)
-			require.NoError(t, publishFirst(ctx, client, "gpu.gpudra.io", "node-a", res))
+			generation, err := publishFirst(ctx, client, "gpu.gpudra.io", "node-a", res)
+			require.NoError(t, err)
+			require.Equal(t, int64(1), generation)
 			require.Equal(t, int32(tc.wantSlices), writes.Load())
 
 			ctrl, err := resourceslice.StartController(ctx, resourceslice.Options{DriverName: "gpu.gpudra.io", KubeClient: client,
@@ -93,14 +95,66 @@ func TestPublishFirstIsAdoptedByTheController(t *testing.T) {
 }
 
 // A node that already has slices (a restarted plugin) is left to the
-// controller.
+// controller, with the pool generation above the one found.
 func TestPublishFirstSkipsWhenSlicesExist(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client, writes := sliceAPI(t)
 	res := testResources(t, 128)
-	require.NoError(t, publishFirst(ctx, client, "gpu.gpudra.io", "node-a", res))
-	require.NoError(t, publishFirst(ctx, client, "gpu.gpudra.io", "node-a", res))
+	for _, want := range []int64{1, 2} {
+		generation, err := publishFirst(ctx, client, "gpu.gpudra.io", "node-a", res)
+		require.NoError(t, err)
+		require.Equal(t, want, generation)
+	}
 	require.Equal(t, int32(1), writes.Load())
+}
+
+// An instance that takes over a node's slices (a restart, a rolling
+// update) publishes them as a new pool generation even when nothing in
+// them changed: the generation tells clients (the local cluster's
+// helm-upgrade, an operator) that the new instance's slices are in place,
+// which identical content cannot. Before, the controller adopted the old
+// slices (generation 1) and a changed configuration reached them only
+// after its first sync, a second or more after the new pod was Ready.
+func TestTakeoverPublishesANewGeneration(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		maxPerSlice int
+		wantSlices  int
+	}{
+		{name: "one slice", maxPerSlice: 128, wantSlices: 1},
+		{name: "three slices", maxPerSlice: 3, wantSlices: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			client, _ := sliceAPI(t)
+			res := testResources(t, tc.maxPerSlice)
+			_, err := publishFirst(ctx, client, "gpu.gpudra.io", "node-a", res) // the earlier instance's slices
+			require.NoError(t, err)
+			generation, err := publishFirst(ctx, client, "gpu.gpudra.io", "node-a", res)
+			require.NoError(t, err)
+			pub := &publisher{base: res}
+			pub.generation = generation
+			desired := pub.Desired()
+			ctrl, err := resourceslice.StartController(ctx, resourceslice.Options{DriverName: "gpu.gpudra.io", KubeClient: client,
+				Owner: &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: "node-a"}, Resources: &desired})
+			require.NoError(t, err)
+			defer ctrl.Stop()
+			require.Eventually(t, func() bool {
+				l, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+				if err != nil || len(l.Items) != tc.wantSlices {
+					return false
+				}
+				for _, s := range l.Items {
+					if s.Spec.Pool.Generation != 2 {
+						return false
+					}
+				}
+				return true
+			}, 10*time.Second, 50*time.Millisecond, "every slice rewritten as pool generation 2")
+		})
+	}
 }
 
 // Without the Node object the plugin cannot name the owner; it reports that
@@ -108,6 +162,7 @@ func TestPublishFirstSkipsWhenSlicesExist(t *testing.T) {
 func TestPublishFirstWithoutNode(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
-	err := publishFirst(ctx, client, "gpu.gpudra.io", "node-a", testResources(t, 128))
+	generation, err := publishFirst(ctx, client, "gpu.gpudra.io", "node-a", testResources(t, 128))
 	require.ErrorContains(t, err, "get node node-a")
+	require.Zero(t, generation)
 }

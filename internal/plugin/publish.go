@@ -32,6 +32,10 @@ type publisher struct {
 	// the schema of names.HealthTaints (publishedTaints); the zero value
 	// keeps internal/plugin/health's keys.
 	names compat.Names
+	// generation is the lowest pool generation to publish: one above what
+	// an earlier instance left, so that a takeover always writes a new
+	// generation (clients see when this instance's slices are in place).
+	generation int64
 }
 
 // SetBase replaces the devices to publish and publishes them once a helper
@@ -51,11 +55,13 @@ func (p *publisher) Attach(ctx context.Context, h *kubeletplugin.Helper) error {
 	return p.publishLocked(ctx)
 }
 
-// lead makes this instance the node's publisher and publishes.
-func (p *publisher) lead(ctx context.Context) error {
+// lead makes this instance the node's publisher and publishes its pools
+// with at least the given generation (publishFirst's).
+func (p *publisher) lead(ctx context.Context, generation int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.leading = true
+	p.generation = generation
 	return p.publishLocked(ctx)
 }
 
@@ -119,6 +125,7 @@ func (p *publisher) desiredLocked() resourceslice.DriverResources {
 	}
 	for name, pool := range p.base.Pools {
 		np := pool
+		np.Generation = max(np.Generation, p.generation)
 		np.Slices = make([]resourceslice.Slice, len(pool.Slices))
 		for i, s := range pool.Slices {
 			if snap != nil {

@@ -55,15 +55,16 @@ type sliceLeader struct {
 	holder string // written into the lock file, for the other instance's log
 	pub    *publisher
 	health *healthService // nil: monitoring off
-	// first publishes the first slices directly (publishFirst).
-	first func(ctx context.Context)
+	// first publishes the first slices directly (publishFirst) and returns
+	// the pool generation to publish.
+	first func(ctx context.Context) int64
 
 	mu      sync.Mutex
 	f       *os.File // open while the lock is held
 	stopped bool
 }
 
-func newSliceLeader(o *Options, pub *publisher, hs *healthService, first func(context.Context)) *sliceLeader {
+func newSliceLeader(o *Options, pub *publisher, hs *healthService, first func(context.Context) int64) *sliceLeader {
 	pod := o.PodUID
 	if pod == "" {
 		pod = "-"
@@ -145,8 +146,7 @@ func (l *sliceLeader) tryLead(ctx context.Context) (bool, error) {
 	if l.health != nil {
 		l.health.mon.StartSaving(ctx)
 	}
-	l.first(ctx)
-	if err := l.pub.lead(ctx); err != nil {
+	if err := l.pub.lead(ctx, l.first(ctx)); err != nil {
 		l.releaseLocked()
 		return false, fmt.Errorf("publish ResourceSlices: %w", err)
 	}

@@ -56,12 +56,22 @@ func (c *Cluster) HelmArgs(extra ...string) []string {
 
 // InstallDriver runs `helm upgrade --install` of the chart (extra: more
 // --set values, e.g. for a rolling update) and waits until the driver is
-// installed completely: see WaitDriver.
+// installed completely (see WaitDriver) and every node whose plugin pod the
+// upgrade replaced has republished its pool (republish.go).
 func (c *Cluster) InstallDriver(ctx context.Context, extra ...string) error {
 	if err := c.refresh(); err != nil {
 		return err
 	}
 	if err := c.writeNodeGroupsValues(); err != nil {
+		return err
+	}
+	cs, err := c.Client()
+	if err != nil {
+		return err
+	}
+	oldDriver := c.Names().Driver
+	before, err := c.poolStates(ctx, cs, oldDriver)
+	if err != nil {
 		return err
 	}
 	out, err := run(ctx, append([]string{c.cfg.Helm}, c.HelmArgs(extra...)...)...)
@@ -73,7 +83,17 @@ func (c *Cluster) InstallDriver(ctx context.Context, extra ...string) error {
 	c.names = &n
 	c.mu.Unlock()
 	c.logf("helm: %s", firstLine(out))
-	return c.WaitDriver(ctx)
+	if err := c.WaitDriver(ctx); err != nil {
+		return err
+	}
+	if n.Driver != oldDriver {
+		return nil // a new driver's pools: WaitDriver waited for them
+	}
+	if err := c.waitRepublished(ctx, cs, n.Driver, before, []string{apiserverName}); err != nil {
+		return err
+	}
+	c.logf("driver: the replaced plugin pods' pools republished")
+	return nil
 }
 
 // namesOfValues returns the names of the driver that --set values install:

@@ -38,7 +38,8 @@ func (c *Cluster) PluginPod(ctx context.Context, node string) (*corev1.Pod, erro
 }
 
 // RestartPlugin deletes the node's plugin pod, as a node drain or an
-// eviction does, and waits until the DaemonSet's new pod is Ready.
+// eviction does, and waits until the DaemonSet's new pod is Ready and has
+// republished the node's pool (republish.go).
 func (c *Cluster) RestartPlugin(ctx context.Context, node string) error {
 	if _, err := c.nodeIndex(node); err != nil {
 		return err
@@ -51,10 +52,18 @@ func (c *Cluster) RestartPlugin(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
+	states, err := c.poolStates(ctx, cs, c.Names().Driver)
+	if err != nil {
+		return err
+	}
+	before := map[string]poolState{node: states[node]}
 	if err := cs.CoreV1().Pods(old.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("delete plugin pod %s: %w", old.Name, err)
 	}
 	if err := c.waitPluginReady(ctx, node, old.UID); err != nil {
+		return err
+	}
+	if err := c.waitRepublished(ctx, cs, c.Names().Driver, before, []string{kubeletName(node)}); err != nil {
 		return err
 	}
 	c.logf("plugin on %s restarted (pod %s deleted)", node, old.Name)
