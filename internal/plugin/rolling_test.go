@@ -102,9 +102,10 @@ func TestRollingUpdateOnePublisher(t *testing.T) {
 }
 
 // TestHealthSurvivesRestart: a plugin that restarts publishes the taints
-// it had, with the times they were added: the slice is not rewritten. The
-// fatal XID it saw is not reported again (its event is gone); only the
-// saved state brings its taint back.
+// it had, with the times they were added: the one write is the new pool
+// generation of a takeover (firstpublish.go), nothing in the devices
+// changes. The fatal XID it saw is not reported again (its event is
+// gone); only the saved state brings its taint back.
 func TestHealthSurvivesRestart(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client, writes := sliceAPI(t)
@@ -145,9 +146,29 @@ func TestHealthSurvivesRestart(t *testing.T) {
 
 	written := writes.Load()
 	stop = start()
-	for deadline := time.Now().Add(2500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		require.Equal(t, before, gpu5Taints(), "the restarted plugin publishes the same taints")
+	sameTaints := func() {
+		t.Helper()
+		after := gpu5Taints()
+		require.Len(t, after, len(before), "the restarted plugin publishes the same taints")
+		for i := range before {
+			require.Equal(t, [3]string{before[i].Key, before[i].Value, string(before[i].Effect)},
+				[3]string{after[i].Key, after[i].Value, string(after[i].Effect)}, "the restarted plugin publishes the same taints")
+			require.True(t, before[i].TimeAdded.Equal(after[i].TimeAdded), "taint %s keeps the time it was added: %v, now %v",
+				before[i].Key, before[i].TimeAdded, after[i].TimeAdded)
+		}
 	}
-	require.Equal(t, written, writes.Load(), "the restarted plugin's controller found nothing to change")
+	// Until the takeover's write and a while after it (the controller
+	// syncs a second or more after start): the same taints throughout.
+	begin := time.Now()
+	for time.Since(begin) < 2500*time.Millisecond || writes.Load() == written {
+		require.Less(t, time.Since(begin), 30*time.Second, "no takeover write within 30 s")
+		sameTaints()
+		time.Sleep(50 * time.Millisecond)
+	}
+	sameTaints()
+	require.Equal(t, written+1, writes.Load(), "the restarted plugin's controller wrote the slice once, as the next pool generation")
+	l, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), l.Items[0].Spec.Pool.Generation)
 	stop()
 }
