@@ -48,81 +48,129 @@ func BenchmarkDRASock(b *testing.B) {
 	// Memory is read with the binary and the NVML library read from disk,
 	// as after a node's start: what a freshly written file has in the page
 	// cache (large folios) would be mapped whole and counted in its RSS.
-	plugin := startBenchPlugin(b, node, true)
+	targets := []*drasockTarget{newDRASockTarget(b, ns, "", startBenchPlugin(b, node, true), driver, "gpu.gpudra.io")}
+	// The reference driver (drasock_reference_test.go), when given, on a
+	// node of its own; each case runs on it right after gpudra.
+	const refNode = "ref-bench"
+	if os.Getenv("REFERENCE_PLUGIN") != "" {
+		fakeNode(b, refNode)
+		targets = append(targets, newDRASockTarget(b, ns, "ref-", startReferencePlugin(b, refNode), referenceDriver, referenceDriver))
+	}
+	time.Sleep(2 * time.Second) // let start-up work settle before reading idle memory
+	for _, t := range targets {
+		t.readIdle(b)
+	}
+	churn := fileChurnMicros(b, targets[0].plugin.dataDir, 200)
+	name := func(t *drasockTarget, c string) string {
+		if t.prefix == "" {
+			return c
+		}
+		return referenceName(c)
+	}
+
+	for _, c := range []struct {
+		name   string
+		claims func(t *drasockTarget) []*drapb.Claim
+	}{
+		{"1-gpu-claim", func(t *drasockTarget) []*drapb.Claim { return t.single[:1] }},
+		{"8-gpu-claim", func(t *drasockTarget) []*drapb.Claim { return []*drapb.Claim{t.all} }},
+		{"8-claims-one-call", func(t *drasockTarget) []*drapb.Claim { return t.single }},
+	} {
+		for _, t := range targets {
+			claims := c.claims(t)
+			b.Run(name(t, c.name), func(b *testing.B) {
+				var prep, unprep []time.Duration
+				before := t.probe.take(b)
+				for i := 0; i < b.N; i++ {
+					p, u, err := cycle(t.dra, claims...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					prep, unprep = append(prep, p), append(unprep, u)
+				}
+				t.probe.report(b, before, t.probe.take(b), b.N, b.N*len(claims))
+				report(b, "prepare", prep)
+				report(b, "unprepare", unprep)
+			})
+		}
+	}
+	for _, t := range targets {
+		b.Run(name(t, "8-parallel-callers"), func(b *testing.B) {
+			per := max(1, b.N/8)
+			before := t.probe.take(b)
+			start := time.Now()
+			var wg sync.WaitGroup
+			errs := make([]error, 8)
+			for w := 0; w < 8; w++ {
+				wg.Go(func() {
+					for i := 0; i < per && errs[w] == nil; i++ {
+						_, _, errs[w] = cycle(t.dra, t.single[w])
+					}
+				})
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(per*8)/time.Since(start).Seconds(), "cycles/s")
+			t.probe.report(b, before, t.probe.take(b), per*8, per*8)
+		})
+	}
+	for _, t := range targets {
+		b.Run(name(t, "plugin-memory"), func(b *testing.B) {
+			b.ReportMetric(t.idle, "rss-idle-MiB")
+			// Anonymous memory only: heap and stacks, without the binary's
+			// mapped pages (file-backed, shared, reclaimable).
+			b.ReportMetric(t.idleAnon, "rss-anon-idle-MiB")
+			b.ReportMetric(procMiB(b, t.pid, "VmHWM"), "rss-peak-MiB")
+			// The same idle memory split by kind (/proc/<pid>/smaps_rollup):
+			// proportional (pages shared with other processes counted by share),
+			// and file-backed (the binary's and libraries' pages).
+			b.ReportMetric(t.idleMem["Pss"], "pss-idle-MiB")
+			b.ReportMetric(t.idleMem["Pss_File"], "pss-file-idle-MiB")
+			b.ReportMetric(t.idleMem["Pss_Anon"], "pss-anon-idle-MiB")
+			if t.prefix == "" {
+				b.ReportMetric(churn, "fs-create-remove-µs")
+			}
+		})
+	}
+}
+
+// drasockTarget is one plugin under BenchmarkDRASock: its dra.sock client,
+// 8 one-GPU claims (gpu-0..gpu-7) and one claim with all 8 GPUs (only ever
+// prepared alone), allocated in its pool.
+type drasockTarget struct {
+	prefix   string // of its claims' names: "" for gpudra
+	plugin   *benchPlugin
+	dra      drapb.DRAPluginClient
+	single   []*drapb.Claim
+	all      *drapb.Claim
+	probe    *benchProbe
+	pid      int
+	idle     float64 // VmRSS, MiB
+	idleAnon float64 // RssAnon, MiB
+	idleMem  map[string]float64
+}
+
+func newDRASockTarget(b *testing.B, ns, prefix string, plugin *benchPlugin, driverName, class string) *drasockTarget {
 	conn, err := grpc.NewClient("unix://"+plugin.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = conn.Close() })
-	dra := drapb.NewDRAPluginClient(conn)
-
-	// 8 one-GPU claims (gpu-0..gpu-7) and one claim with all 8 GPUs; the
-	// latter is only ever prepared alone.
-	single := make([]*drapb.Claim, 8)
-	for i := range single {
-		single[i] = allocatedClaim(b, ns, fmt.Sprintf("one-%d", i), node, i)
+	t := &drasockTarget{prefix: prefix, plugin: plugin, dra: drapb.NewDRAPluginClient(conn), single: make([]*drapb.Claim, 8),
+		pid: plugin.cmd.Process.Pid}
+	for i := range t.single {
+		t.single[i] = allocatedClaimOf(b, ns, fmt.Sprintf("%sone-%d", prefix, i), driverName, class, plugin.node, i)
 	}
-	all := allocatedClaim(b, ns, "eight", node, 0, 1, 2, 3, 4, 5, 6, 7)
-	time.Sleep(2 * time.Second) // let start-up work settle before reading idle memory
-	pid := plugin.cmd.Process.Pid
-	idle, idleAnon := procMiB(b, pid, "VmRSS"), procMiB(b, pid, "RssAnon")
-	idleMem := smapsRollup(b, pid)
-	churn := fileChurnMicros(b, plugin.dataDir, 200)
-	probe := newBenchProbe(b, plugin)
+	t.all = allocatedClaimOf(b, ns, prefix+"eight", driverName, class, plugin.node, 0, 1, 2, 3, 4, 5, 6, 7)
+	t.probe = newBenchProbe(b, plugin)
+	return t
+}
 
-	run := func(name string, claims ...*drapb.Claim) {
-		b.Run(name, func(b *testing.B) {
-			var prep, unprep []time.Duration
-			before := probe.take(b)
-			for i := 0; i < b.N; i++ {
-				p, u, err := cycle(dra, claims...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				prep, unprep = append(prep, p), append(unprep, u)
-			}
-			probe.report(b, before, probe.take(b), b.N, b.N*len(claims))
-			report(b, "prepare", prep)
-			report(b, "unprepare", unprep)
-		})
-	}
-	run("1-gpu-claim", single[0])
-	run("8-gpu-claim", all)
-	run("8-claims-one-call", single...)
-	b.Run("8-parallel-callers", func(b *testing.B) {
-		per := max(1, b.N/8)
-		before := probe.take(b)
-		start := time.Now()
-		var wg sync.WaitGroup
-		errs := make([]error, 8)
-		for w := 0; w < 8; w++ {
-			wg.Go(func() {
-				for i := 0; i < per && errs[w] == nil; i++ {
-					_, _, errs[w] = cycle(dra, single[w])
-				}
-			})
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(float64(per*8)/time.Since(start).Seconds(), "cycles/s")
-		probe.report(b, before, probe.take(b), per*8, per*8)
-	})
-	b.Run("plugin-memory", func(b *testing.B) {
-		b.ReportMetric(idle, "rss-idle-MiB")
-		// Anonymous memory only: heap and stacks, without the binary's
-		// mapped pages (file-backed, shared, reclaimable).
-		b.ReportMetric(idleAnon, "rss-anon-idle-MiB")
-		b.ReportMetric(procMiB(b, pid, "VmHWM"), "rss-peak-MiB")
-		// The same idle memory split by kind (/proc/<pid>/smaps_rollup):
-		// proportional (pages shared with other processes counted by share),
-		// and file-backed (the binary's and libraries' pages).
-		b.ReportMetric(idleMem["Pss"], "pss-idle-MiB")
-		b.ReportMetric(idleMem["Pss_File"], "pss-file-idle-MiB")
-		b.ReportMetric(idleMem["Pss_Anon"], "pss-anon-idle-MiB")
-		b.ReportMetric(churn, "fs-create-remove-µs")
-	})
+func (t *drasockTarget) readIdle(b *testing.B) {
+	t.idle, t.idleAnon = procMiB(b, t.pid, "VmRSS"), procMiB(b, t.pid, "RssAnon")
+	t.idleMem = smapsRollup(b, t.pid)
 }
 
 // cycle prepares and then unprepares claims in one call each.
@@ -320,11 +368,17 @@ func report(b *testing.B, what string, lat []time.Duration) {
 
 // allocatedClaim creates a claim and allocates the given GPUs of node to it.
 func allocatedClaim(b *testing.B, ns, name, node string, gpus ...int) *drapb.Claim {
+	return allocatedClaimOf(b, ns, name, driver, "gpu.gpudra.io", node, gpus...)
+}
+
+// allocatedClaimOf creates a claim of class and allocates devices gpu-<i>
+// of driverName's pool node to it.
+func allocatedClaimOf(b *testing.B, ns, name, driverName, class, node string, gpus ...int) *drapb.Claim {
 	ctx := context.Background()
 	c := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.gpudra.io",
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class,
 				AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(len(gpus))},
 		}}}},
 	}
@@ -335,7 +389,7 @@ func allocatedClaim(b *testing.B, ns, name, node string, gpus ...int) *drapb.Cla
 	alloc := &resourceapi.AllocationResult{}
 	for _, g := range gpus {
 		alloc.Devices.Results = append(alloc.Devices.Results, resourceapi.DeviceRequestAllocationResult{
-			Request: "gpu", Driver: driver, Pool: node, Device: fmt.Sprintf("gpu-%d", g)})
+			Request: "gpu", Driver: driverName, Pool: node, Device: fmt.Sprintf("gpu-%d", g)})
 	}
 	c.Status.Allocation = alloc
 	if _, err := client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
