@@ -266,7 +266,10 @@ func startBenchPlugin(b *testing.B, node string, coldFiles bool) *benchPlugin {
 		libs, _ := filepath.Glob(filepath.Join(dir, "driver-root", "usr", "lib", "*", "libnvidia-ml.so.*.*"))
 		dropPageCache(b, append(libs, bin)...)
 	}
-	p.cmd = exec.Command(bin, append(gpuArgs,
+	// The hook the image ships (make images builds it), installed into the
+	// plugin's directory as in the pod.
+	hook := filepath.Join(repoRoot, "_output", "images", "bin", "nvidia-cdi-hook")
+	p.cmd = exec.Command(bin, append(gpuArgs, "--nvidia-cdi-hook-source", hook,
 		"--node-name", node, "--kubeconfig", kubeconfig,
 		"--cdi-root", filepath.Join(dir, "cdi"), "--kubelet-plugins-directory", filepath.Join(dir, "plugins"),
 		"--kubelet-registrar-directory", registry, "--metrics-address", fmt.Sprintf("127.0.0.1:%d", port))...)
