@@ -123,3 +123,33 @@ func TestDocsPage(t *testing.T) {
 	require.NotContains(t, page, "not run |", "figures that did not run are left out of the tables")
 	require.Contains(t, page, "\nNot in this run: start-up, memory, scale, in-process.\n")
 }
+
+// With the reference driver in the same run (REFERENCE_PLUGIN), each
+// dra.sock figure gets its counterpart and whether gpudra is behind it, on
+// the figure the target is on.
+func TestSideBySideWithReference(t *testing.T) {
+	res := Results{}
+	require.NoError(t, Parse(strings.NewReader(
+		"BenchmarkDRASock/1-gpu-claim-2 200 1 ns/op 2.1 prepare-p50-ms 6.0 prepare-p99-ms\n"+
+			"BenchmarkDRASock/reference-1-gpu-claim-2 200 1 ns/op 3.0 prepare-p50-ms 5.5 prepare-p99-ms\n"+
+			"BenchmarkDRASock/8-parallel-callers-2 200 1 ns/op 400 cycles/s\n"+
+			"BenchmarkDRASock/reference-8-parallel-callers-2 200 1 ns/op 300 cycles/s\n"+
+			"BenchmarkDRASock/8-claims-one-call-2 200 1 ns/op 9.5 prepare-p50-ms 30 prepare-p99-ms\n"), res))
+	rows := map[string]SideRow{}
+	for _, r := range BuildSideBySide(res) {
+		rows[r.Figure] = r
+	}
+	one := rows["prepare, 1 claim (ms, p50 / p99)"]
+	require.Equal(t, "3.00 / 5.50", one.Measured)
+	require.Equal(t, ptr(true), one.Behind, "the target is on the p99: 6.0 behind 5.5, although the p50 leads")
+	par := rows["8 parallel callers (prepare+unprepare/s)"]
+	require.Equal(t, "300", par.Measured)
+	require.Equal(t, ptr(false), par.Behind, "more cycles per second is ahead")
+	eight := rows["8 claims in one call (ms, p50 / p99)"]
+	require.Empty(t, eight.Measured, "no reference case in this run")
+	require.Nil(t, eight.Behind)
+	var md strings.Builder
+	require.NoError(t, Report{Raw: res, SideBySide: BuildSideBySide(res)}.WriteMarkdown(&md))
+	require.Contains(t, md.String(), "| dra-example-driver, same run | gpudra behind it |")
+	require.Contains(t, md.String(), "| prepare, 1 claim (ms, p50 / p99) | 2.10 / 6.00 | p99 ≤ 5.00 | **no** | 3.00 / 5.50 | **yes** |")
+}

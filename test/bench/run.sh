@@ -9,7 +9,10 @@
 # BENCH_ONLY (space-separated subset of: unit drasock startup controller pods scale),
 # SCALE_CLAIMS (claims of the in-process allocator benchmark; default 800 on
 # whole GPUs, 20 on the dynamic-MIG shapes), SCALE_SHAPES
-# (regexp of the cluster scale shapes, "whole-gpus"; "." adds dynamic-mig).
+# (regexp of the cluster scale shapes, "whole-gpus"; "." adds dynamic-mig),
+# REFERENCE_PLUGIN (a dra-example-kubeletplugin binary that drasock runs
+# beside gpudra's plugin, case by case; REFERENCE_DESC describes it in the
+# report, e.g. its commit; REFERENCE_PLUGIN_ARGS replaces its extra flags).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUTPUT:-$PWD/_output}/bench
@@ -64,6 +67,7 @@ go run ./test/cmd/bench-report -out "$out" \
 	-machine "go=$(go env GOVERSION)" \
 	-machine "kubernetes=$(cat _output/bin/.kube-apiserver.version 2>/dev/null || echo unknown)" \
 	-machine "containerd=$(cat _output/bin/.containerd.version 2>/dev/null || echo unknown)" \
+	-machine "reference=${REFERENCE_PLUGIN:+$REFERENCE_PLUGIN (${REFERENCE_DESC:-no REFERENCE_DESC given})}" \
 	-machine "load before=$load_before" \
 	-machine "load after=$(cut -d' ' -f1-3 /proc/loadavg)" \
 	"${inputs[@]}"

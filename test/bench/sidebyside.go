@@ -6,15 +6,16 @@ import (
 	"strings"
 )
 
-// The reference driver's figures are quoted, not measured by
-// make bench-report: dra-example-driver cannot be built on the development
-// machine (the Go module proxy answers 403 for sigs.k8s.io/dra-example-driver).
-// They were measured by the same method on the same machine (a local
-// cluster with Kubernetes v1.37.1 and a real kubelet, 2 cores, claims over
-// dra.sock allocated in the API server), as shipped and with client-go's
-// rate limit lifted (one flag), and quoted from issue 14 (November 2026).
-const referenceSource = "dra-example-driver: quoted from issue 14 (November 2026, same machine and method, not re-run here: " +
-	"the module proxy refuses sigs.k8s.io/dra-example-driver)"
+// The reference driver's figures of issue 14 are quoted: the Go module proxy
+// answers 403 for sigs.k8s.io/dra-example-driver, so the development
+// machine builds it only from a source snapshot. They were measured by the
+// same method on the same machine (a local cluster with Kubernetes v1.37.1
+// and a real kubelet, 2 cores, claims over dra.sock allocated in the API
+// server), as shipped and with client-go's rate limit lifted (one flag),
+// and quoted from issue 14 (November 2026). Given a binary
+// (REFERENCE_PLUGIN), make bench-report measures it in the same run too
+// (SideRow.Measured).
+const referenceSource = "dra-example-driver, shipped and rate limit lifted: quoted from issue 14 (November 2026, same machine and method)"
 
 // SideRow is one line of the side-by-side table.
 type SideRow struct {
@@ -27,6 +28,21 @@ type SideRow struct {
 	// with its client rate limit lifted (quoted, see referenceSource).
 	Shipped string `json:"exampleShipped"`
 	Lifted  string `json:"exampleLifted"`
+	// Measured is the reference driver's figure from the same run
+	// (REFERENCE_PLUGIN, test/e2e/drasock_reference_test.go): "" when it
+	// did not run or the figure has no reference case. Behind tells
+	// whether gpudra's figure is worse than it (on the target's p50 or p99).
+	Measured string `json:"exampleMeasured,omitempty"`
+	Behind   *bool  `json:"behindReference,omitempty"`
+}
+
+// reference is the reference driver's counterpart of a dra.sock figure
+// (the sub-benchmark reference-<case>); the zero value for other figures.
+func (v value) reference() value {
+	if c, ok := strings.CutPrefix(v.bench, "BenchmarkDRASock/"); ok {
+		return value{"BenchmarkDRASock/" + "reference-" + c, v.name}
+	}
+	return value{}
 }
 
 // value is a figure of res: a metric, or nothing.
@@ -87,6 +103,22 @@ func BuildSideBySide(res Results) []SideRow {
 			}
 		}
 		checked = v
+		if ok && s.ratioOf == nil {
+			if r, okR := s.p50.reference().of(res); okR {
+				row.Measured = format(r)
+				if r99, ok99 := s.p99.reference().of(res); ok99 {
+					row.Measured += " / " + format(r99)
+					if s.targetOn99 {
+						r = r99
+					}
+				}
+				behind := checked > r
+				if s.atLeast != 0 {
+					behind = checked < r
+				}
+				row.Behind = &behind
+			}
+		}
 		switch {
 		case s.atMost != 0:
 			row.Target = "≤ " + format(s.atMost)
@@ -111,7 +143,16 @@ func BuildSideBySide(res Results) []SideRow {
 
 // writeSideBySide writes the table; omitNotRun leaves out figures that were not measured.
 func writeSideBySide(b *strings.Builder, rows []SideRow, omitNotRun bool) {
-	b.WriteString("\n## Side by side\n\n| figure | gpudra | target | met | dra-example-driver, shipped | dra-example-driver, rate limit lifted |\n|---|---|---|---|---|---|\n")
+	measured := slices.ContainsFunc(rows, func(r SideRow) bool { return r.Measured != "" })
+	b.WriteString("\n## Side by side\n\n| figure | gpudra | target | met |")
+	if measured {
+		b.WriteString(" dra-example-driver, same run | gpudra behind it |")
+	}
+	b.WriteString(" dra-example-driver, shipped | dra-example-driver, rate limit lifted |\n|---|---|---|---|---|---|")
+	if measured {
+		b.WriteString("---|---|")
+	}
+	b.WriteString("\n")
 	for _, r := range rows {
 		v := r.Gpudra
 		if v == "" {
@@ -120,10 +161,27 @@ func writeSideBySide(b *strings.Builder, rows []SideRow, omitNotRun bool) {
 			}
 			v = "not run"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", r.Figure, v, r.Target, metString(r.Met), r.Shipped, r.Lifted)
+		fmt.Fprintf(b, "| %s | %s | %s | %s |", r.Figure, v, r.Target, metString(r.Met))
+		if measured {
+			behind := ""
+			if r.Behind != nil {
+				behind = map[bool]string{true: "**yes**", false: "no"}[*r.Behind]
+			}
+			fmt.Fprintf(b, " %s | %s |", r.Measured, behind)
+		}
+		fmt.Fprintf(b, " %s | %s |\n", r.Shipped, r.Lifted)
+	}
+	if measured {
+		fmt.Fprintf(b, "\n%s\n", wrap(measuredSource))
 	}
 	fmt.Fprintf(b, "\n%s\n", wrap(referenceSource+"."))
 }
+
+// measuredSource says what the same-run column is.
+const measuredSource = "dra-example-driver, same run: its kubelet plugin (REFERENCE_PLUGIN, built from " +
+	"kubernetes-sigs/dra-example-driver's source; the report's machine table names it) started beside gpudra's " +
+	"by BenchmarkDRASock against the same API server, with its client rate limit lifted (--kube-api-qps=-1), " +
+	"8 simulated devices, each case run right after gpudra's. Its idle RSS has no simulated NVML library to map."
 
 func metString(met *bool) string {
 	if met == nil {
