@@ -32,16 +32,6 @@ const (
 	daemonClaim    = "imex-daemon"
 )
 
-// channelConfig is the opaque configuration of a channel or daemon claim:
-// which domain it belongs to and, for channels, how many a claim gets. The
-// node side decodes it.
-type channelConfig struct {
-	APIVersion     string `json:"apiVersion"`
-	Kind           string `json:"kind"`
-	DomainID       string `json:"domainID"`
-	AllocationMode string `json:"allocationMode,omitempty"`
-}
-
 // decode reads a ComputeDomain of either group from the informer's
 // unstructured object.
 func decode(obj any) (*v1alpha1.ComputeDomain, error) {
@@ -64,7 +54,7 @@ func (c *Controller) meta(k key, cd *v1alpha1.ComputeDomain, name, namespace str
 }
 
 func (c *Controller) claimTemplate(k key, cd *v1alpha1.ComputeDomain, name, namespace, request, class string,
-	params channelConfig) (*resourceapi.ResourceClaimTemplate, error) {
+	params imex.ClaimConfig) (*resourceapi.ResourceClaimTemplate, error) {
 	raw, err := json.Marshal(params)
 	if err != nil {
 		return nil, fmt.Errorf("encode the %s configuration: %w", params.Kind, err)
@@ -95,7 +85,7 @@ func (c *Controller) channelTemplate(k key, cd *v1alpha1.ComputeDomain) (*resour
 		mode = cd.Spec.Channel.AllocationMode
 	}
 	t, err := c.claimTemplate(k, cd, cd.Spec.Channel.ResourceClaimTemplate.Name, cd.Namespace, channelRequest, c.cd.ChannelClass,
-		channelConfig{APIVersion: c.cd.ConfigAPIVersion, Kind: c.cd.ChannelConfigKind, DomainID: string(cd.UID), AllocationMode: string(mode)})
+		imex.ClaimConfig{APIVersion: c.cd.ConfigAPIVersion, Kind: c.cd.ChannelConfigKind, DomainID: string(cd.UID), AllocationMode: string(mode)})
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +100,7 @@ func (c *Controller) channelTemplate(k key, cd *v1alpha1.ComputeDomain) (*resour
 // driver's namespace.
 func (c *Controller) daemonTemplate(k key, cd *v1alpha1.ComputeDomain) (*resourceapi.ResourceClaimTemplate, error) {
 	return c.claimTemplate(k, cd, daemonName(string(cd.UID)), c.cfg.Namespace, daemonRequest, c.cd.DaemonClass,
-		channelConfig{APIVersion: c.cd.ConfigAPIVersion, Kind: c.cd.DaemonConfigKind, DomainID: string(cd.UID)})
+		imex.ClaimConfig{APIVersion: c.cd.ConfigAPIVersion, Kind: c.cd.DaemonConfigKind, DomainID: string(cd.UID)})
 }
 
 // daemonSet runs one IMEX daemon on each node labelled with the domain's
