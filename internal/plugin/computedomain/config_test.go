@@ -115,7 +115,7 @@ func TestClaimDevices(t *testing.T) {
 		{name: "GPUs of another driver are left alone", results: []resourceapi.DeviceRequestAllocationResult{gpu, ch("channel", "channel-0")},
 			configs: []resourceapi.DeviceAllocationConfiguration{opaque(channelCfg("u1", ""))}, channels: []int{0}, domain: "u1"},
 		{name: "the last config wins", results: []resourceapi.DeviceRequestAllocationResult{ch("channel", "channel-0")},
-			configs: []resourceapi.DeviceAllocationConfiguration{opaque(channelCfg("old", "")), opaque(channelCfg("u2", ""), "channel")},
+			configs:  []resourceapi.DeviceAllocationConfiguration{opaque(channelCfg("old", "")), opaque(channelCfg("u2", ""), "channel")},
 			channels: []int{0}, domain: "u2"},
 		{name: "a config of another request does not apply", results: []resourceapi.DeviceRequestAllocationResult{ch("channel", "channel-0")},
 			configs: []resourceapi.DeviceAllocationConfiguration{opaque(channelCfg("u1", ""), "other")},
