@@ -18,6 +18,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 	"github.com/gpudra/gpudra/internal/shared/imex"
 )
 
@@ -118,24 +119,15 @@ func (n *Node) SyncNodes(ctx context.Context, cd *v1alpha1.ComputeDomain) (bool,
 }
 
 // writeNodes replaces the domain's node list atomically (write, rename),
-// as the imex contract asks. Called with mu held.
+// as the imex contract asks (internal/shared/atomicfile). Called with mu
+// held.
 func (n *Node) writeNodes(ctx context.Context, cd *v1alpha1.ComputeDomain) error {
 	dir := n.domainDir(string(cd.UID))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create the directory of ComputeDomain %s/%s's node list: %w", cd.Namespace, cd.Name, err)
 	}
 	data := NodesList(cd, n.cfg.CliqueID)
-	tmp, err := os.CreateTemp(dir, "."+NodesConfigFile+"-*")
-	if err != nil {
-		return fmt.Errorf("write the node list of ComputeDomain %s/%s: %w", cd.Namespace, cd.Name, err)
-	}
-	_, err = tmp.Write(data)
-	err = errors.Join(err, tmp.Chmod(0o644), tmp.Close())
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, NodesConfigFile))
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
+	if err := atomicfile.WriteFile(filepath.Join(dir, NodesConfigFile), data, 0o644); err != nil {
 		return fmt.Errorf("write the node list of ComputeDomain %s/%s into %s: %w", cd.Namespace, cd.Name, dir, err)
 	}
 	klog.FromContext(ctx).V(3).Info("Wrote the ComputeDomain's node list", "domain", klog.KObj(cd), "bytes", len(data))
