@@ -85,7 +85,7 @@ func domain(ns, name, uid string, nodes ...v1alpha1.ComputeDomainNode) *v1alpha1
 
 // testNode is a Node of node-a with 4 channels on a fake client holding
 // node-a with labels, its channels in a temporary directory.
-func testNode(t *testing.T, cds *domains, channels *Channels, labels map[string]string) (*Node, *fake.Clientset) {
+func testNode(t *testing.T, cds DomainGetter, channels *Channels, labels map[string]string) (*Node, *fake.Clientset) {
 	t.Helper()
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: labels, ResourceVersion: "1"}})
 	if channels == nil {
