@@ -191,3 +191,38 @@ func TestNewNodeChecksConfig(t *testing.T) {
 		})
 	}
 }
+
+// Prepares and unprepares of one domain's claims racing each other: the
+// node carries the label exactly while a claim holds it.
+func TestLabelFollowsClaimsConcurrently(t *testing.T) {
+	cds := &domains{byUID: map[string]*v1alpha1.ComputeDomain{"u1": domain("team", "cd", "u1")}}
+	n, client := testNode(t, cds, nil, nil)
+	ctx := context.Background()
+	const claims = 8
+	done := make(chan error, claims)
+	for i := range claims {
+		go func() {
+			uid := types.UID(string(rune('a' + i)))
+			_, err := n.Prepare(ctx, channelClaim(t, "team", uid, "channel-0", channelCfg("u1", "")))
+			if !errors.Is(err, ErrDaemonNotReady) {
+				done <- err
+				return
+			}
+			if i%2 == 0 {
+				err = n.Unprepare(ctx, uid)
+			} else {
+				err = nil
+			}
+			done <- err
+		}()
+	}
+	for range claims {
+		require.NoError(t, <-done)
+	}
+	assert.Len(t, n.Prepared(), claims/2)
+	assert.Equal(t, "u1", nodeLabels(t, client)[label], "the odd claims still hold it")
+	for _, c := range n.Prepared() {
+		require.NoError(t, n.Unprepare(ctx, c.UID))
+	}
+	assert.NotContains(t, nodeLabels(t, client), label)
+}
