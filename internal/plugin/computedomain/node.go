@@ -195,8 +195,13 @@ func (n *Node) prepareChannels(ctx context.Context, claim *resourceapi.ResourceC
 		out = append(out, PreparedDevice{Requests: []string{d.result.Request}, Pool: d.result.Pool, Device: d.result.Device, Edits: edits})
 	}
 	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.claims[claim.UID]; !ok {
+		// An Unprepare of this claim ran meanwhile and may have taken the
+		// label away: do not report the claim prepared.
+		return nil, fmt.Errorf("claim %s/%s was unprepared while it was being prepared", claim.Namespace, claim.Name)
+	}
 	n.claims[claim.UID] = PreparedClaim{UID: claim.UID, Kind: TypeChannel, DomainID: uid, Ready: true}
-	n.mu.Unlock()
 	klog.FromContext(ctx).V(2).Info("Prepared IMEX channels", "devices", len(out))
 	return out, nil
 }
@@ -206,8 +211,8 @@ func (n *Node) prepareChannels(ctx context.Context, claim *resourceapi.ResourceC
 func (n *Node) domain(ctx context.Context, uid string) (*v1alpha1.ComputeDomain, error) {
 	cd, err := n.cfg.Domains.GetDomain(ctx, uid)
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("ComputeDomain with UID %s not found (deleted, or not yet seen by this node): "+
-			"the claim's domain must exist; recreate the pod from a live ComputeDomain's template: %w", uid, err)
+		return nil, fmt.Errorf("ComputeDomain with UID %s not found: if it was just created, the prepare is retried once this "+
+			"node has seen it; if it was deleted, delete the pod and create it again from a live ComputeDomain's template: %w", uid, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get ComputeDomain with UID %s: %w", uid, err)
