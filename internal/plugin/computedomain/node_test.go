@@ -226,3 +226,22 @@ func TestLabelFollowsClaimsConcurrently(t *testing.T) {
 	}
 	assert.NotContains(t, nodeLabels(t, client), label)
 }
+
+// A claim unprepared while its prepare waits for the daemon is not
+// reported prepared, and the label it set is gone.
+func TestUnprepareDuringPrepare(t *testing.T) {
+	cds := &domains{byUID: map[string]*v1alpha1.ComputeDomain{"u1": domain("team", "cd", "u1")}}
+	n, client := testNode(t, cds, nil, nil)
+	ctx := context.Background()
+	cds.onGet = func(d *domains) {
+		if d.gets == 2 {
+			require.NoError(t, n.Unprepare(ctx, "c1"))
+			d.byUID["u1"].Status.Nodes = []v1alpha1.ComputeDomainNode{ready("node-a")}
+		}
+	}
+	n.cfg.ReadyWait, n.cfg.ReadyPoll = time.Minute, time.Millisecond
+	_, err := n.Prepare(ctx, channelClaim(t, "team", "c1", "channel-0", channelCfg("u1", "")))
+	require.ErrorContains(t, err, "was unprepared while it was being prepared")
+	assert.Empty(t, n.Prepared())
+	assert.NotContains(t, nodeLabels(t, client), label)
+}
