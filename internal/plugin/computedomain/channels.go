@@ -41,6 +41,20 @@ func ChannelPath(id int) string { return path.Join(ChannelDir, "channel"+strconv
 // ReadChannelsMajor reads the major number of IMEX channels from the
 // "Character devices" section of procDir/devices.
 func ReadChannelsMajor(procDir string) (int, error) {
+	major, err := readCharMajor(procDir, ChannelsDevice)
+	if errors.Is(err, errNoDevice) {
+		return 0, fmt.Errorf("%w: the loaded NVIDIA kernel driver offers no IMEX channels; ComputeDomains need a driver "+
+			"with IMEX support (and, in a container, the driver root's or the host's /proc)", err)
+	}
+	return major, err
+}
+
+// errNoDevice: proc/devices does not list the character device.
+var errNoDevice = errors.New("no such character device")
+
+// readCharMajor reads the major of a character device from the
+// "Character devices" section of procDir/devices.
+func readCharMajor(procDir, device string) (int, error) {
 	file := filepath.Join(procDir, "devices")
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -58,20 +72,19 @@ func ReadChannelsMajor(procDir string) (int, error) {
 			continue
 		}
 		fields := strings.Fields(line)
-		if !char || len(fields) != 2 || fields[1] != ChannelsDevice {
+		if !char || len(fields) != 2 || fields[1] != device {
 			continue
 		}
 		major, err := strconv.Atoi(fields[0])
 		if err != nil || major <= 0 {
-			return 0, fmt.Errorf("%s: %q is not a major number of %s", file, fields[0], ChannelsDevice)
+			return 0, fmt.Errorf("%s: %q is not a major number of %s", file, fields[0], device)
 		}
 		return major, nil
 	}
 	if err := sc.Err(); err != nil {
 		return 0, fmt.Errorf("read %s: %w", file, err)
 	}
-	return 0, fmt.Errorf("%s lists no character device %s: the loaded NVIDIA kernel driver offers no IMEX channels; "+
-		"ComputeDomains need a driver with IMEX support (and, in a container, the driver root's or the host's /proc)", file, ChannelsDevice)
+	return 0, fmt.Errorf("%s lists %w %s", file, errNoDevice, device)
 }
 
 // Channels creates IMEX channel device nodes under a device root and

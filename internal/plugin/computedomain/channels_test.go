@@ -25,10 +25,10 @@ func TestReadChannelsMajor(t *testing.T) {
 			devices: "Character devices:\n  1 mem\n195 nvidia\n234 nvidia-uvm\n241 nvidia-nvswitch\n242 nvidia-caps-imex-channels\n" +
 				"243 nvidia-caps\n\nBlock devices:\n  7 loop\n", want: 242},
 		{name: "only in the block section", devices: "Character devices:\n195 nvidia\n\nBlock devices:\n242 nvidia-caps-imex-channels\n",
-			wantErr: "lists no character device nvidia-caps-imex-channels"},
+			wantErr: "lists no such character device nvidia-caps-imex-channels"},
 		{name: "missing", devices: "Character devices:\n195 nvidia\n243 nvidia-caps\n", wantErr: "offers no IMEX channels"},
 		{name: "a longer name is another device", devices: "Character devices:\n250 nvidia-caps-imex-channels-x\n",
-			wantErr: "lists no character device"},
+			wantErr: "lists no such character device"},
 		{name: "bad number", devices: "Character devices:\nx nvidia-caps-imex-channels\n", wantErr: `"x" is not a major number`},
 		{name: "zero", devices: "Character devices:\n0 nvidia-caps-imex-channels\n", wantErr: `"0" is not a major number`},
 	} {

@@ -51,6 +51,11 @@ func (n *Node) prepareDaemon(ctx context.Context, claim *resourceapi.ResourceCla
 	if len(devices) != 1 {
 		return nil, fmt.Errorf("claim %s/%s has %d daemon devices: a daemon claim gets exactly one", claim.Namespace, claim.Name, len(devices))
 	}
+	if n.cfg.CliqueID != "" && n.cfg.FabricMgmt == nil {
+		return nil, fmt.Errorf("claim %s/%s: this node's GPUs are in NVLink clique %s, but the driver offers no IMEX fabric "+
+			"management capability (/proc/%s), which nvidia-imex needs: check the driver's IMEX support", claim.Namespace, claim.Name,
+			n.cfg.CliqueID, fabricMgmtCap)
+	}
 	uid := devices[0].config.DomainID
 	cd, err := n.domain(ctx, uid)
 	if err != nil {
@@ -67,7 +72,13 @@ func (n *Node) prepareDaemon(ctx context.Context, claim *resourceapi.ResourceCla
 }
 
 func (n *Node) daemonEdits(uid string) *cdispec.ContainerEdits {
+	var nodes []*cdispec.DeviceNode
+	if n.cfg.FabricMgmt != nil {
+		node := *n.cfg.FabricMgmt
+		nodes = append(nodes, &node)
+	}
 	return &cdispec.ContainerEdits{
+		DeviceNodes: nodes,
 		Env: []string{
 			imex.NodesConfigEnv + "=" + path.Join(DaemonConfigDir, NodesConfigFile),
 			imex.DriverRootEnv + "=" + DaemonDriverRoot,

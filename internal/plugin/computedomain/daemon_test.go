@@ -58,7 +58,8 @@ func TestPrepareDaemon(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, "daemon-0", got[0].Device)
 	assert.Equal(t, &cdispec.ContainerEdits{
-		Env: []string{"GPUDRA_IMEX_NODES_CONFIG=/run/gpudra-imex/nodes.cfg", "GPUDRA_DRIVER_ROOT=/driver-root"},
+		DeviceNodes: []*cdispec.DeviceNode{fabricMgmtNode()},
+		Env:         []string{"GPUDRA_IMEX_NODES_CONFIG=/run/gpudra-imex/nodes.cfg", "GPUDRA_DRIVER_ROOT=/driver-root"},
 		Mounts: []*cdispec.Mount{
 			{HostPath: "/var/lib/kubelet/plugins/compute-domain.gpudra.io/domains/u1", ContainerPath: "/run/gpudra-imex",
 				Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
@@ -70,18 +71,33 @@ func TestPrepareDaemon(t *testing.T) {
 	assert.Equal(t, "10.0.0.1\n10.0.0.2\n", string(data))
 	assert.Equal(t, []PreparedClaim{{UID: "d1", Kind: TypeDaemon, DomainID: "u1", Ready: true}}, n.Prepared())
 	assert.Empty(t, nodeLabels(t, client), "a daemon claim does not label the node")
+
+	// Without a clique, a daemon claim needs no fabric management node.
+	n.cfg.CliqueID, n.cfg.FabricMgmt = "", nil
+	got, err = n.Prepare(context.Background(), daemonClaim(t, "gpudra", "d2", "u1"))
+	require.NoError(t, err)
+	assert.Empty(t, got[0].Edits.DeviceNodes)
+	data, err = os.ReadFile(filepath.Join(n.cfg.DomainsDir, "u1", NodesConfigFile))
+	require.NoError(t, err)
+	assert.Empty(t, data, "no node of the domain is without a clique")
 }
 
 func TestPrepareDaemonRefused(t *testing.T) {
 	cds := &domains{byUID: map[string]*v1alpha1.ComputeDomain{"u1": domain("team", "cd", "u1")}}
 	for _, tc := range []struct {
 		name, ns, domain, wantErr string
+		noFabricMgmt              bool
 	}{
-		{"outside the driver's namespace", "team", "u1", "daemon claims are served only in the driver's namespace gpudra"},
-		{"domain gone", "gpudra", "u2", "ComputeDomain with UID u2 not found"},
+		{"outside the driver's namespace", "team", "u1", "daemon claims are served only in the driver's namespace gpudra", false},
+		{"domain gone", "gpudra", "u2", "ComputeDomain with UID u2 not found", false},
+		{"a clique without the fabric management capability", "gpudra", "u1",
+			"in NVLink clique clique.1, but the driver offers no IMEX fabric management capability", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, _ := testNode(t, cds, nil, nil)
+			if tc.noFabricMgmt {
+				n.cfg.FabricMgmt = nil
+			}
 			_, err := n.Prepare(context.Background(), daemonClaim(t, tc.ns, "d1", tc.domain))
 			require.ErrorContains(t, err, tc.wantErr)
 			assert.Empty(t, n.Prepared())

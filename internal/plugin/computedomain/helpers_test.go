@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
@@ -93,7 +94,7 @@ func testNode(t *testing.T, cds DomainGetter, channels *Channels, labels map[str
 	}
 	n, err := NewNode(Config{NodeName: "node-a", Names: names, Client: client, Domains: cds, Channels: channels, ChannelCount: 4,
 		CliqueID: "clique.1", DaemonNamespace: "gpudra", DomainsDir: filepath.Join(t.TempDir(), "domains"),
-		HostDomainsDir: "/var/lib/kubelet/plugins/compute-domain.gpudra.io/domains", HostDriverRoot: "/run/nvidia/driver"})
+		HostDomainsDir: "/var/lib/kubelet/plugins/compute-domain.gpudra.io/domains", HostDriverRoot: "/run/nvidia/driver", FabricMgmt: fabricMgmtNode()})
 	require.NoError(t, err)
 	return n, client
 }
@@ -103,4 +104,9 @@ func nodeLabels(t *testing.T, client *fake.Clientset) map[string]string {
 	node, err := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
 	require.NoError(t, err)
 	return node.Labels
+}
+
+func fabricMgmtNode() *cdispec.DeviceNode {
+	mode := os.FileMode(0o666)
+	return &cdispec.DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap4", Type: "c", Major: 243, Minor: 4, FileMode: &mode}
 }

@@ -59,6 +59,10 @@ type Config struct {
 	// HostDriverRoot is the driver root as the host sees it, mounted into
 	// daemon containers at DaemonDriverRoot.
 	HostDriverRoot string
+	// FabricMgmt is the device node of the driver's fabric-imex-mgmt
+	// capability (ReadFabricMgmt), given to daemon containers; nil where
+	// the driver has none. A node with a CliqueID needs it.
+	FabricMgmt *cdispec.DeviceNode
 	// ReadyWait is how long Prepare waits in-process for the daemon to
 	// become ready before it returns ErrDaemonNotReady (0: it does not
 	// wait); ReadyPoll how often it looks meanwhile (default 1s).
