@@ -18,8 +18,9 @@ import (
 
 // DaemonCommand and DaemonCheckCommand are the IMEX daemon's entry point
 // and readiness check in DaemonImage. They are the contract with the node
-// side (issue 26 part 3), which does not exist yet: until something labels
-// nodes with a domain's UID, the DaemonSets have no pods.
+// side (issue 26 part 3, internal/plugin/computedomain), which no running
+// plugin serves yet: until something labels nodes with a domain's UID, the
+// DaemonSets have no pods.
 var (
 	DaemonCommand      = []string{"gpu-kubelet-plugin", "imex-daemon", "run"}
 	DaemonCheckCommand = []string{"gpu-kubelet-plugin", "imex-daemon", "check"}
