@@ -18,8 +18,9 @@ import (
 
 // DaemonCommand and DaemonCheckCommand are the IMEX daemon's entry point
 // and readiness check in DaemonImage. They are the contract with the node
-// side (issue 26 part 3), which does not exist yet: until something labels
-// nodes with a domain's UID, the DaemonSets have no pods.
+// side (issue 26 part 3, internal/plugin/computedomain), which no running
+// plugin serves yet: until something labels nodes with a domain's UID, the
+// DaemonSets have no pods.
 var (
 	DaemonCommand      = []string{"gpu-kubelet-plugin", "imex-daemon", "run"}
 	DaemonCheckCommand = []string{"gpu-kubelet-plugin", "imex-daemon", "check"}
@@ -31,16 +32,6 @@ const (
 	daemonRequest  = "daemon"
 	daemonClaim    = "imex-daemon"
 )
-
-// channelConfig is the opaque configuration of a channel or daemon claim:
-// which domain it belongs to and, for channels, how many a claim gets. The
-// node side decodes it.
-type channelConfig struct {
-	APIVersion     string `json:"apiVersion"`
-	Kind           string `json:"kind"`
-	DomainID       string `json:"domainID"`
-	AllocationMode string `json:"allocationMode,omitempty"`
-}
 
 // decode reads a ComputeDomain of either group from the informer's
 // unstructured object.
@@ -64,7 +55,7 @@ func (c *Controller) meta(k key, cd *v1alpha1.ComputeDomain, name, namespace str
 }
 
 func (c *Controller) claimTemplate(k key, cd *v1alpha1.ComputeDomain, name, namespace, request, class string,
-	params channelConfig) (*resourceapi.ResourceClaimTemplate, error) {
+	params imex.ClaimConfig) (*resourceapi.ResourceClaimTemplate, error) {
 	raw, err := json.Marshal(params)
 	if err != nil {
 		return nil, fmt.Errorf("encode the %s configuration: %w", params.Kind, err)
@@ -95,7 +86,7 @@ func (c *Controller) channelTemplate(k key, cd *v1alpha1.ComputeDomain) (*resour
 		mode = cd.Spec.Channel.AllocationMode
 	}
 	t, err := c.claimTemplate(k, cd, cd.Spec.Channel.ResourceClaimTemplate.Name, cd.Namespace, channelRequest, c.cd.ChannelClass,
-		channelConfig{APIVersion: c.cd.ConfigAPIVersion, Kind: c.cd.ChannelConfigKind, DomainID: string(cd.UID), AllocationMode: string(mode)})
+		imex.ClaimConfig{APIVersion: c.cd.ConfigAPIVersion, Kind: c.cd.ChannelConfigKind, DomainID: string(cd.UID), AllocationMode: string(mode)})
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +101,7 @@ func (c *Controller) channelTemplate(k key, cd *v1alpha1.ComputeDomain) (*resour
 // driver's namespace.
 func (c *Controller) daemonTemplate(k key, cd *v1alpha1.ComputeDomain) (*resourceapi.ResourceClaimTemplate, error) {
 	return c.claimTemplate(k, cd, daemonName(string(cd.UID)), c.cfg.Namespace, daemonRequest, c.cd.DaemonClass,
-		channelConfig{APIVersion: c.cd.ConfigAPIVersion, Kind: c.cd.DaemonConfigKind, DomainID: string(cd.UID)})
+		imex.ClaimConfig{APIVersion: c.cd.ConfigAPIVersion, Kind: c.cd.DaemonConfigKind, DomainID: string(cd.UID)})
 }
 
 // daemonSet runs one IMEX daemon on each node labelled with the domain's

@@ -62,3 +62,20 @@ const (
 	Ready    = "READY"
 	NotReady = "UNAVAILABLE"
 )
+
+// ClaimConfig is the opaque configuration, for the channel driver, of a
+// ComputeDomain's channel and daemon claims: which domain the claim belongs
+// to and, for channels, how many a claim gets. The controller
+// (internal/controller/computedomain) writes it into the templates it
+// creates; the node side (internal/plugin/computedomain) decodes it. Kind
+// is compat.ComputeDomainNames' ChannelConfigKind or DaemonConfigKind,
+// APIVersion its ConfigAPIVersion; the JSON names are NVIDIA's.
+type ClaimConfig struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// DomainID is the ComputeDomain's UID.
+	DomainID string `json:"domainID"`
+	// AllocationMode is Single or All (v1alpha1.ChannelAllocationMode);
+	// empty in daemon claims, and read as Single in channel claims.
+	AllocationMode string `json:"allocationMode,omitempty"`
+}

@@ -1,0 +1,12 @@
+// Package computedomain is the node side of ComputeDomains (issue 26) as a
+// library: the channel driver's devices of one node (devices.go), the IMEX
+// channel device nodes and their CDI edits (channels.go), the claims'
+// configuration (config.go), the prepare and unprepare of channel and
+// daemon claims (node.go, daemon.go), ComputeDomains looked up by UID from
+// informers (domains.go), and the kubelet plugin's prepare and unprepare
+// calls with one CDI spec per claim (claims.go).
+//
+// It is not yet wired into a running kubelet plugin: no command publishes
+// these devices, serves their claims or runs the informers, and the chart
+// has no DeviceClass for them.
+package computedomain
