@@ -172,7 +172,7 @@ func mpsDaemons(t *testing.T, pipeDir string) []int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "CUDA_MPS_PIPE_DIRECTORY=" + nodePath(pipeDir)
+	want := nodePath(pipeDir)
 	// A daemon Pod (hostPID) names its pipe directory as it mounts it;
 	// the PID it writes there is the host's.
 	var pids []int
@@ -187,28 +187,18 @@ func mpsDaemons(t *testing.T, pipeDir string) []int {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if !isMPSDaemon(string(cmdline)) {
+		// The control tool's client runs (no argument) beside a daemon
+		// are no second daemon: counting one failed
+		// TestHealthWithDynamicMIGAndMPS once.
+		if !sharing.IsControlDaemonCmdline(cmdline) {
 			continue
 		}
 		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if slices.Contains(strings.Split(string(env), "\x00"), want) && !slices.Contains(pids, pid) {
+		if dir, ok := sharing.PipeDirectoryOf(env); ok && dir == want && !slices.Contains(pids, pid) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
-}
-
-// isMPSDaemon tells a control daemon (nvidia-cuda-mps-control -f or -d)
-// from the control tool run as a client (no argument, commands on stdin):
-// the daemon Pod and the plugin both run clients for a moment after the
-// daemon answers (settings, probes), and a client counted as a second
-// daemon failed TestHealthWithDynamicMIGAndMPS.
-func isMPSDaemon(cmdline string) bool {
-	args := strings.Split(strings.TrimRight(cmdline, "\x00"), "\x00")
-	if len(args) < 2 || !strings.Contains(args[0], "mps-control") {
-		return false
-	}
-	return slices.Contains(args[1:], "-f") || slices.Contains(args[1:], "-d")
 }
 
 func waitDaemonState(t *testing.T, logDir string, ok func(*fakegpu.MPSState) bool) *fakegpu.MPSState {

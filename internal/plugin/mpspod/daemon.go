@@ -193,7 +193,7 @@ func (o DaemonOptions) client(ctx context.Context, timeout time.Duration, cmds .
 // the driver root if one is set.
 func (o DaemonOptions) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, o.Control, args...)
-	cmd.Env = append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+o.PipeDir, "CUDA_MPS_LOG_DIRECTORY="+o.LogDir)
+	cmd.Env = append(os.Environ(), sharing.PipeDirEnv+"="+o.PipeDir, "CUDA_MPS_LOG_DIRECTORY="+o.LogDir)
 	if o.Chroot != "" {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: o.Chroot}
 		cmd.Dir = "/"

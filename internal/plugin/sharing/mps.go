@@ -200,7 +200,7 @@ func (c *MPSControl) clearPipeDir(ctx context.Context, dir string) {
 
 func (c *MPSControl) env(dir string) []string {
 	return append(append(os.Environ(), c.opts.Env...),
-		"CUDA_MPS_PIPE_DIRECTORY="+filepath.Join(dir, pipeSubdir),
+		PipeDirEnv+"="+filepath.Join(dir, pipeSubdir),
 		"CUDA_MPS_LOG_DIRECTORY="+filepath.Join(dir, logSubdir))
 }
 

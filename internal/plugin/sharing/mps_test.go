@@ -1,11 +1,11 @@
 package sharing
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -76,14 +76,12 @@ func daemonsUnder(t *testing.T, root string) []int {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if !bytes.HasSuffix(cmdline, []byte("\x00-f\x00")) {
+		if !IsControlDaemonCmdline(cmdline) {
 			continue
 		}
 		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if dir, ok := bytes.CutPrefix(kv, []byte("CUDA_MPS_PIPE_DIRECTORY=")); ok && bytes.HasPrefix(dir, []byte(root+"/")) {
-				pids = append(pids, pid)
-			}
+		if dir, ok := PipeDirectoryOf(env); ok && strings.HasPrefix(dir, root+"/") {
+			pids = append(pids, pid)
 		}
 	}
 	return pids

@@ -259,20 +259,15 @@ func (c *MPSControl) isDaemonOf(pid int, dir string) bool {
 	}
 	proc := filepath.Join("/proc", strconv.Itoa(pid))
 	cmdline, err := os.ReadFile(filepath.Join(proc, "cmdline"))
-	if err != nil || !bytes.Contains(cmdline, []byte("\x00-f")) {
+	if err != nil || !IsControlDaemonCmdline(cmdline) {
 		return false
 	}
 	env, err := os.ReadFile(filepath.Join(proc, "environ"))
 	if err != nil {
 		return false
 	}
-	want := "CUDA_MPS_PIPE_DIRECTORY=" + filepath.Join(dir, pipeSubdir)
-	for _, kv := range bytes.Split(env, []byte{0}) {
-		if string(kv) == want {
-			return true
-		}
-	}
-	return false
+	pipes, ok := PipeDirectoryOf(env)
+	return ok && pipes == filepath.Join(dir, pipeSubdir)
 }
 
 // alive reports whether pid exists and is not a zombie.

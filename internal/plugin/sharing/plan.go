@@ -230,7 +230,7 @@ func ContainerEdits(d *MPSDaemon, uuid string, visible []string) ([]string, []*c
 		return nil, nil
 	}
 	env := []string{
-		"CUDA_MPS_PIPE_DIRECTORY=" + ContainerPipeDir,
+		PipeDirEnv + "=" + ContainerPipeDir,
 		"CUDA_MPS_LOG_DIRECTORY=" + ContainerLogDir,
 	}
 	if d.ActiveThreadPercentage > 0 {
