@@ -52,17 +52,20 @@ func testResources(t *testing.T, maxPerSlice int) resourceslice.DriverResources 
 	return res
 }
 
+// sliceLayouts: a dgx-h100 node's 8 GPUs in one slice and in three.
+var sliceLayouts = []struct {
+	name        string
+	maxPerSlice int
+	wantSlices  int
+}{
+	{name: "one slice", maxPerSlice: 128, wantSlices: 1},
+	{name: "three slices", maxPerSlice: 3, wantSlices: 3},
+}
+
 // What publishFirst creates is exactly what the helper's ResourceSlice
 // controller wants: started afterwards, it adopts the slices without a write.
 func TestPublishFirstIsAdoptedByTheController(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		maxPerSlice int
-		wantSlices  int
-	}{
-		{name: "one slice", maxPerSlice: 128, wantSlices: 1},
-		{name: "three slices", maxPerSlice: 3, wantSlices: 3},
-	} {
+	for _, tc := range sliceLayouts {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			ctx, cancel := context.WithCancel(ctx)
@@ -116,14 +119,7 @@ func TestPublishFirstSkipsWhenSlicesExist(t *testing.T) {
 // slices (generation 1) and a changed configuration reached them only
 // after its first sync, a second or more after the new pod was Ready.
 func TestTakeoverPublishesANewGeneration(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		maxPerSlice int
-		wantSlices  int
-	}{
-		{name: "one slice", maxPerSlice: 128, wantSlices: 1},
-		{name: "three slices", maxPerSlice: 3, wantSlices: 3},
-	} {
+	for _, tc := range sliceLayouts {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			ctx, cancel := context.WithCancel(ctx)

@@ -269,10 +269,17 @@ func startBenchPlugin(b *testing.B, node string, coldFiles bool) *benchPlugin {
 	// The hook the image ships (make images builds it), installed into the
 	// plugin's directory as in the pod.
 	hook := filepath.Join(repoRoot, "_output", "images", "bin", "nvidia-cdi-hook")
-	p.cmd = exec.Command(bin, append(gpuArgs, "--nvidia-cdi-hook-source", hook,
+	p.start(b, "benchmark plugin", bin, append(gpuArgs, "--nvidia-cdi-hook-source", hook,
 		"--node-name", node, "--kubeconfig", kubeconfig,
 		"--cdi-root", filepath.Join(dir, "cdi"), "--kubelet-plugins-directory", filepath.Join(dir, "plugins"),
 		"--kubelet-registrar-directory", registry, "--metrics-address", fmt.Sprintf("127.0.0.1:%d", port))...)
+	return p
+}
+
+// start runs bin with args, logging to p.log, stops it and deletes the
+// slices of its node when b ends, and waits until it serves p.socket.
+func (p *benchPlugin) start(b *testing.B, what, bin string, args ...string) {
+	p.cmd = exec.Command(bin, args...)
 	logFile, err := os.Create(p.log)
 	if err != nil {
 		b.Fatal(err)
@@ -280,23 +287,22 @@ func startBenchPlugin(b *testing.B, node string, coldFiles bool) *benchPlugin {
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {
-		b.Fatal(err)
+		b.Fatalf("start the %s %s: %v", what, bin, err)
 	}
 	b.Cleanup(func() {
 		p.stop()
 		_ = logFile.Close()
-		_, _ = kubectl("delete", "resourceslices", "--field-selector", "spec.nodeName="+node)
+		_, _ = kubectl("delete", "resourceslices", "--field-selector", "spec.nodeName="+p.node)
 	})
 	for i := 0; i < 2000; i++ {
 		if _, err := os.Stat(p.socket); err == nil {
 			p.served = time.Now()
-			return p
+			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	log, _ := os.ReadFile(p.log)
-	b.Fatalf("benchmark plugin did not serve %s:\n%s", p.socket, log)
-	return nil
+	b.Fatalf("%s %s did not serve %s:\n%s", what, bin, p.socket, log)
 }
 
 func (p *benchPlugin) stop() {

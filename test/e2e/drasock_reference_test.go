@@ -5,11 +5,9 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // The reference driver, measured in the same run as gpudra: with
@@ -49,31 +47,8 @@ func startReferencePlugin(b *testing.B, node string) *benchPlugin {
 	}
 	args = append(args, strings.Fields(extra)...)
 	dropPageCache(b, bin)
-	p.cmd = exec.Command(bin, args...)
-	logFile, err := os.Create(p.log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	p.started = time.Now()
-	if err := p.cmd.Start(); err != nil {
-		b.Fatalf("start the reference plugin %s: %v", bin, err)
-	}
-	b.Cleanup(func() {
-		p.stop()
-		_ = logFile.Close()
-		_, _ = kubectl("delete", "resourceslices", "--field-selector", "spec.nodeName="+node)
-	})
-	for i := 0; i < 2000; i++ {
-		if _, err := os.Stat(p.socket); err == nil {
-			p.served = time.Now()
-			return p
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	log, _ := os.ReadFile(p.log)
-	b.Fatalf("reference plugin %s did not serve %s:\n%s", bin, p.socket, log)
-	return nil
+	p.start(b, "reference plugin", bin, args...)
+	return p
 }
 
 // referenceName is the sub-benchmark name of a case run on the reference.
