@@ -133,6 +133,11 @@ func TestChartOn(t *testing.T) {
 				require.NoError(t, o.Validate())
 				assert.Equal(t, "/var/lib/kubelet/plugins/"+cd.Driver, o.PluginDataDir())
 				assert.Equal(t, "/driver-root", o.NvidiaDriverRoot)
+				assert.Equal(t, ":8082", o.HealthAddress)
+				require.NotNil(t, c.ReadinessProbe)
+				assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+				assert.Equal(t, 8082, c.ReadinessProbe.HTTPGet.Port.IntValue())
+				assert.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
 				envs := map[string]string{}
 				for _, e := range c.Env {
 					envs[e.Name] = e.ValueFrom.FieldRef.FieldPath
@@ -262,5 +267,19 @@ func TestChartSlicePolicy(t *testing.T) {
 			ok, denials = chart.EvalWriteAs(on, u, gvr, "ResourceSlice", nil, tc.obj)
 			assert.Equal(t, tc.on, ok, "delete, on: %v", denials)
 		})
+	}
+}
+
+func TestChartHealthPortOff(t *testing.T) {
+	v := renderChart(t, "--set", enabled, "--set", "computeDomains.healthPort=0")
+	require.NotEmpty(t, v.pods)
+	for _, pod := range v.pods {
+		c := container(pod, "compute-domain")
+		require.NotNil(t, c)
+		assert.Nil(t, c.ReadinessProbe)
+		assert.Empty(t, c.Ports)
+		for _, a := range c.Args {
+			assert.NotContains(t, a, "--health-address")
+		}
 	}
 }

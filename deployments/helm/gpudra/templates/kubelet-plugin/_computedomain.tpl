@@ -26,6 +26,9 @@ gpudra.pluginDaemonSet plus overlap (rolling updates with --pod-uid).
   {{- with include "gpudra.compatibility" $root }}
   - --compatibility={{ . }}
   {{- end }}
+  {{- with $root.Values.computeDomains.healthPort }}
+  - --health-address=:{{ . }}
+  {{- end }}
   env:
   # The driver's namespace: the only one whose claims may be daemon claims.
   - name: POD_NAMESPACE
@@ -41,6 +44,25 @@ gpudra.pluginDaemonSet plus overlap (rolling updates with --pod-uid).
     valueFrom:
       fieldRef:
         fieldPath: metadata.uid
+  {{- end }}
+  {{- with $root.Values.computeDomains.healthPort }}
+  ports:
+  - name: cd-health
+    containerPort: {{ . }}
+    protocol: TCP
+  # Ready once the kubelet has confirmed the channel driver's registration.
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: {{ . }}
+    periodSeconds: 2
+    failureThreshold: 3
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: {{ . }}
+    periodSeconds: 10
+    failureThreshold: 6
   {{- end }}
   securityContext:
     runAsUser: 0
