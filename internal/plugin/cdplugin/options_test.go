@@ -7,10 +7,15 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/internal/plugin/computedomain"
 	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
+	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
 func TestOptions(t *testing.T) {
@@ -84,4 +89,39 @@ func TestWithoutNVML(t *testing.T) {
 	require.Empty(t, clique)
 	require.Nil(t, fabricMgmt(ctx, roots, ""))
 	require.Nil(t, fabricMgmt(ctx, roots, "cluster.1"), "a driver without the capability: logged, daemon claims refused")
+}
+
+// The informers follow the groups the API server serves, NVIDIA's too in
+// the compatibility mode.
+func TestServed(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	nvidiaGVR := compat.NVIDIAComputeDomains.WithResource(v1alpha1.ComputeDomainResource)
+	list := func(gvrs ...schema.GroupVersionResource) []*metav1.APIResourceList {
+		var out []*metav1.APIResourceList
+		for _, gvr := range gvrs {
+			out = append(out, &metav1.APIResourceList{GroupVersion: gvr.GroupVersion().String(),
+				APIResources: []metav1.APIResource{{Name: gvr.Resource, Namespaced: true, Kind: v1alpha1.ComputeDomainKind}}})
+		}
+		return out
+	}
+	nvidia := compat.Names{Mode: compat.NVIDIA}
+	for _, tc := range []struct {
+		name   string
+		names  compat.Names
+		served []*metav1.APIResourceList
+		want   []schema.GroupVersionResource
+	}{
+		{"native", compat.Default(), list(nativeGVR, nvidiaGVR), []schema.GroupVersionResource{nativeGVR}},
+		{"nvidia, both", nvidia, list(nativeGVR, nvidiaGVR), []schema.GroupVersionResource{nvidiaGVR, nativeGVR}},
+		{"nvidia, NVIDIA's only", nvidia, list(nvidiaGVR), []schema.GroupVersionResource{nvidiaGVR}},
+		{"no CRD", compat.Default(), nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			client.Resources = tc.served
+			got, err := served(ctx, client.Discovery(), tc.names)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
 }
