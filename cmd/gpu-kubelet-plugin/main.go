@@ -23,7 +23,7 @@ func newCommand() *cobra.Command {
 	}
 	opts.AddFlags(cmd.Flags())
 	envflag.Bind(cmd, os.LookupEnv, plugin.EnvVars...)
-	cmd.AddCommand(newInspectCommand(), newMPSDaemonCommand(), newIMEXDaemonCommand())
+	cmd.AddCommand(newInspectCommand(), newMPSDaemonCommand(), newIMEXDaemonCommand(), newComputeDomainCommand())
 	return cmdmain.Command(cmd, opts.Validate, func(ctx context.Context) error { return plugin.Run(ctx, opts) })
 }
 

@@ -27,6 +27,14 @@ const (
 	// them; the least kind assumption is that nobody has.
 	IMEXChannelsMajor = 123
 
+	// FabricIMEXMgmtMinor is the nvidia-caps minor of the driver's
+	// fabric-imex-mgmt capability (proc/driver/nvidia/capabilities/
+	// fabric-imex-mgmt, dev/nvidia-caps/nvidia-cap<minor>), which roots
+	// of nodes whose GPUs are in an NVLink clique have. The real driver
+	// numbers it itself; this one lies above the MIG numbers of up to 29
+	// GPUs (3 + 29*135), so that it names no MIG capability.
+	FabricIMEXMgmtMinor = 4000
+
 	CtlMinor     = 255
 	ModesetMinor = 254
 )
@@ -98,6 +106,21 @@ func (w *writer) deviceNodes(f *nodeFacts) {
 	w.file("proc/driver/nvidia/capabilities/mig/config", capFile(1, 0o400), 0o444)
 	w.file("proc/driver/nvidia/capabilities/mig/monitor", capFile(2, 0o444), 0o444)
 	w.file("proc/devices", procDevices(), 0o444)
+	w.fabricIMEXMgmt(f)
+}
+
+// fabricIMEXMgmt gives a node whose GPUs are in an NVLink clique the
+// driver's IMEX fabric management capability, as a driver with IMEX
+// support has it: the capability file whose DeviceFileMinor names the
+// node, and the node (mode 0400, root only, like the MIG config
+// capability). The IMEX daemon opens it; a node without a clique has
+// none (computedomain.ReadFabricMgmt then says so).
+func (w *writer) fabricIMEXMgmt(f *nodeFacts) {
+	if !slices.ContainsFunc(f.GPUs, func(g gpuFacts) bool { return g.Clique != "" }) {
+		return
+	}
+	w.file("proc/driver/nvidia/capabilities/fabric-imex-mgmt", capFile(FabricIMEXMgmtMinor, 0o400), 0o444)
+	w.charDevice(fmt.Sprintf("dev/nvidia-caps/nvidia-cap%d", FabricIMEXMgmtMinor), CapsMajor, FabricIMEXMgmtMinor, 0o400)
 }
 
 // procDevices is the root's proc/devices: the driver's character devices.

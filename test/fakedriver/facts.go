@@ -33,6 +33,9 @@ type gpuFacts struct {
 	// PCIDeviceID and PCISubsystemID in NVML's encoding: device<<16 | vendor.
 	PCIDeviceID    uint32
 	PCISubsystemID uint32
+	// Clique is the GPU's NVLink clique (model.Fabric.Clique); empty when
+	// it is attached to no multi-node fabric.
+	Clique string
 }
 
 // readFacts asks a simulated NVML server for the profile on node what the
@@ -68,7 +71,7 @@ func readFacts(p *sim.Profile, node string) (*nodeFacts, error) {
 		numa, _ := srv.PCINUMANode(g.PCIBusID)
 		f.GPUs = append(f.GPUs, gpuFacts{Minor: g.Minor, UUID: g.UUID, Name: g.ProductName, BusID: g.PCIBusID,
 			NUMANode: numa, PCIeRoot: g.PCIeRoot, MIGCapable: g.MIGCapable,
-			PCIDeviceID: pci.PciDeviceId, PCISubsystemID: pci.PciSubSystemId})
+			PCIDeviceID: pci.PciDeviceId, PCISubsystemID: pci.PciSubSystemId, Clique: g.Fabric.Clique()})
 	}
 	return f, nil
 }

@@ -6,7 +6,7 @@
 // informers (domains.go), and the kubelet plugin's prepare and unprepare
 // calls with one CDI spec per claim (claims.go).
 //
-// It is not yet wired into a running kubelet plugin: no command publishes
-// these devices, serves their claims or runs the informers, and the chart
-// has no DeviceClass for them.
+// internal/plugin/cdplugin runs it as a kubelet plugin (gpu-kubelet-plugin
+// compute-domain; in the chart behind computeDomains.enabled, off by
+// default).
 package computedomain

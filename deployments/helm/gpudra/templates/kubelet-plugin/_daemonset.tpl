@@ -229,6 +229,9 @@ spec:
           {{- end }}
         - name: dev
           mountPath: /dev
+      {{- if $root.Values.computeDomains.enabled }}
+      {{- include "gpudra.computeDomainContainer" (dict "root" $root "values" $p "overlap" $overlap) | nindent 6 }}
+      {{- end }}
       volumes:
       - name: plugin-data
         hostPath:
@@ -250,6 +253,9 @@ spec:
         hostPath:
           path: /dev
           type: Directory
+      {{- if $root.Values.computeDomains.enabled }}
+      {{- include "gpudra.computeDomainVolume" $root | nindent 6 }}
+      {{- end }}
       {{- with $p.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}

@@ -1,0 +1,95 @@
+package cdplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/internal/plugin/computedomain"
+	gpudiscovery "github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
+	"github.com/gpudra/gpudra/internal/shared/compat"
+)
+
+// nodeClique discovers the node's NVLink clique through NVML, as the GPU
+// plugin discovers its GPUs. Without NVML (no driver, or a driver root
+// without the library) the node publishes its channels without a clique:
+// a ComputeDomain then spans this node alone, and that is logged.
+func nodeClique(ctx context.Context, roots nvmllib.Roots) (string, error) {
+	logger := klog.FromContext(ctx)
+	lib, err := nvmllib.New(roots.Driver)
+	if err != nil {
+		logger.Error(err, "NVML is unavailable: publishing IMEX channels without a cliqueID (no multi-node NVLink domain can include this node)",
+			"driverRoot", roots.Driver)
+		return "", nil
+	}
+	defer func() {
+		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
+			logger.Error(ret, "NVML shutdown failed")
+		}
+	}()
+	node, err := gpudiscovery.Discover(ctx, lib, gpudiscovery.Options{SysfsRoot: roots.Sys})
+	if err != nil {
+		logger.Error(err, "GPU discovery failed: publishing IMEX channels without a cliqueID")
+		return "", nil
+	}
+	clique, err := computedomain.NodeClique(node.GPUs)
+	if err != nil {
+		return "", err
+	}
+	logger.Info("Discovered the node's NVLink clique", "cliqueID", clique, "gpus", len(node.GPUs))
+	return clique, nil
+}
+
+// fabricMgmt reads the driver's fabric-imex-mgmt capability of a node in a
+// clique; without it, daemon claims are refused (the library says why).
+func fabricMgmt(ctx context.Context, roots nvmllib.Roots, clique string) *cdispec.DeviceNode {
+	if clique == "" {
+		return nil
+	}
+	node, err := computedomain.ReadFabricMgmt(roots.Proc, roots.HostDev)
+	if err != nil {
+		msg := "Cannot read the driver's IMEX fabric management capability: IMEX daemon claims on this node will fail"
+		if errors.Is(err, fs.ErrNotExist) {
+			msg = "The driver offers no IMEX fabric management capability: IMEX daemon claims on this node will fail"
+		}
+		klog.FromContext(ctx).Error(err, msg, "cliqueID", clique)
+		return nil
+	}
+	return node
+}
+
+// served returns the ComputeDomain group versions of names that the API
+// server serves (the controller's computedomain.Served; not imported, to
+// keep the controller's dependencies out of the kubelet plugin).
+func served(ctx context.Context, d discovery.DiscoveryInterface, names compat.Names) ([]schema.GroupVersionResource, error) {
+	var out []schema.GroupVersionResource
+	for _, gv := range names.ComputeDomainVersions() {
+		list, err := d.ServerResourcesForGroupVersion(gv.String())
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("discover %s: %w", gv, err)
+		}
+		for _, r := range list.APIResources {
+			if r.Name == v1alpha1.ComputeDomainResource {
+				out = append(out, gv.WithResource(r.Name))
+			}
+		}
+	}
+	if len(out) == 0 {
+		klog.FromContext(ctx).Info("No ComputeDomain CRD is served: every channel claim fails until the CRDs are installed and the plugin restarts",
+			"groupVersions", names.ComputeDomainVersions())
+	}
+	return out, nil
+}

@@ -1,0 +1,121 @@
+// Package cdplugin runs the kubelet plugin of the ComputeDomain channel
+// driver (compute-domain.gpudra.io, compute-domain.nvidia.com in the NVIDIA
+// compatibility mode; the command `gpu-kubelet-plugin compute-domain`): it
+// publishes the node's IMEX channel and daemon devices and serves their
+// claims through internal/plugin/computedomain, the node side library.
+package cdplugin
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpudra/gpudra/internal/plugin/computedomain"
+	"github.com/gpudra/gpudra/internal/shared/compat"
+	"github.com/gpudra/gpudra/internal/shared/envflag"
+)
+
+// Options are the channel plugin's flags, in the style of the GPU plugin's
+// (internal/plugin.Options): the same names for the same things.
+type Options struct {
+	Kubeconfig string
+	NodeName   string
+	// Namespace is the driver's namespace: the only one whose claims may
+	// be daemon claims (the controller creates the daemons there).
+	Namespace string
+	// Compatibility is --compatibility: empty for gpudra's names, "nvidia"
+	// for NVIDIA's (compat.Names.ComputeDomain).
+	Compatibility       string
+	NvidiaDriverRoot    string
+	HostDriverRoot      string
+	CDIRoot             string
+	KubeletPluginsDir   string
+	KubeletRegistrarDir string
+	PodUID              string
+	// Channels is how many IMEX channels the node publishes.
+	Channels           int
+	MaxDevicesPerSlice int
+	// DaemonReadyWait is how long a channel claim's prepare waits for the
+	// domain's daemon on this node before it fails (the kubelet retries).
+	DaemonReadyWait time.Duration
+	// HealthAddress serves /healthz and /readyz; empty: off.
+	HealthAddress string
+
+	names     compat.Names
+	validated bool
+}
+
+// EnvVars are the flags a DaemonSet sets from the downward API; a flag on
+// the command line wins (envflag.Bind).
+var EnvVars = []envflag.Var{{Flag: "node-name", Env: "NODE_NAME"}, {Flag: "pod-uid", Env: "POD_UID"},
+	{Flag: "kubeconfig", Env: "KUBECONFIG"}, {Flag: "namespace", Env: "POD_NAMESPACE"}}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster config when empty. [$KUBECONFIG]")
+	fs.StringVar(&o.NodeName, "node-name", "", "Name of this node: the pool of its devices and the node labelled into ComputeDomains. [$NODE_NAME]")
+	fs.StringVar(&o.Namespace, "namespace", "", "The driver's namespace, the only one whose claims may be IMEX daemon claims. [$POD_NAMESPACE]")
+	fs.StringVar(&o.Compatibility, "compatibility", "",
+		"nvidia: serve NVIDIA's ComputeDomain names (driver compute-domain.nvidia.com, resource.nvidia.com ComputeDomains and claim "+
+			"configurations); empty for gpudra's own (compute-domain.gpudra.io).")
+	fs.StringVar(&o.NvidiaDriverRoot, "nvidia-driver-root", "/",
+		"Root under which the NVIDIA driver is installed, as this process sees it (the chart mounts the host's driver root at /driver-root).")
+	fs.StringVar(&o.HostDriverRoot, "host-driver-root", "",
+		"The same driver root as the host sees it; CDI specs name host paths. Default: --nvidia-driver-root.")
+	fs.StringVar(&o.CDIRoot, "cdi-root", "/var/run/cdi", "Directory for the per-claim CDI specs; must be one the container runtime reads.")
+	fs.StringVar(&o.KubeletPluginsDir, "kubelet-plugins-directory", "/var/lib/kubelet/plugins",
+		"Kubelet plugin directory; the socket, checkpoint and the domains' node lists live in <dir>/<driver name>.")
+	fs.StringVar(&o.KubeletRegistrarDir, "kubelet-registrar-directory", "/var/lib/kubelet/plugins_registry",
+		"Kubelet plugin registration directory.")
+	fs.StringVar(&o.PodUID, "pod-uid", "",
+		"UID of the plugin's pod; enables rolling updates where old and new plugin pods run side by side. [$POD_UID]")
+	fs.IntVar(&o.Channels, "channels", computedomain.DefaultChannels,
+		fmt.Sprintf("Number of IMEX channels to publish (channel-0 ...; at most %d).", computedomain.MaxChannels))
+	fs.IntVar(&o.MaxDevicesPerSlice, "max-devices-per-slice", 128, "Split the pool into ResourceSlices of at most this many devices (API maximum 128).")
+	fs.DurationVar(&o.DaemonReadyWait, "daemon-ready-wait", 5*time.Second,
+		"How long a channel claim's prepare waits for the ComputeDomain's IMEX daemon on this node to become ready before it fails; "+
+			"the kubelet retries a failed prepare.")
+	fs.StringVar(&o.HealthAddress, "health-address", "",
+		"Serve /healthz and /readyz on this address (e.g. :8081); empty: off.")
+}
+
+// Validate checks the flags and resolves the names.
+func (o *Options) Validate() error {
+	switch {
+	case o.NodeName == "":
+		return errors.New("--node-name (or $NODE_NAME) is required: it names the node's pool and the node labelled into domains")
+	case o.Namespace == "":
+		return errors.New("--namespace (or $POD_NAMESPACE) is required: the driver's namespace, where the IMEX daemons run")
+	case o.MaxDevicesPerSlice < 1 || o.MaxDevicesPerSlice > 128:
+		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)
+	case o.Channels < 1 || o.Channels > computedomain.MaxChannels:
+		return fmt.Errorf("--channels=%d: must be between 1 and %d", o.Channels, computedomain.MaxChannels)
+	case o.DaemonReadyWait < 0:
+		return fmt.Errorf("--daemon-ready-wait=%s: must not be negative", o.DaemonReadyWait)
+	}
+	names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility})
+	if err != nil {
+		return err
+	}
+	o.names, o.validated = names, true
+	return nil
+}
+
+func (o *Options) validateOnce() error {
+	if o.validated {
+		return nil
+	}
+	return o.Validate()
+}
+
+// Names are the channel driver's names in the resolved mode (after Validate).
+func (o *Options) Names() compat.ComputeDomainNames { return o.names.ComputeDomain() }
+
+// PluginDataDir is the driver's directory: dra.sock, the checkpoint, the
+// domains' node lists.
+func (o *Options) PluginDataDir() string {
+	return filepath.Join(o.KubeletPluginsDir, o.Names().Driver)
+}

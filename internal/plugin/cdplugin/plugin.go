@@ -1,0 +1,257 @@
+package cdplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/plugin/computedomain"
+	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
+)
+
+// informerResync is how often the ComputeDomain informers replay their
+// domains (the node lists of daemon claims are rewritten then too).
+const informerResync = 10 * time.Minute
+
+// driver is the kubeletplugin.DRAPlugin of the channel driver: Claims'
+// prepare and unprepare, then a checkpoint of the claims Node holds.
+type driver struct {
+	claims *computedomain.Claims
+	node   *computedomain.Node
+	// ckpt is the checkpoint file; mu orders its writes.
+	ckpt, nodeName string
+	mu             sync.Mutex
+	cancel         context.CancelCauseFunc
+}
+
+var _ kubeletplugin.DRAPlugin = (*driver)(nil)
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin. A checkpoint
+// that cannot be written fails the whole call, which the kubelet retries
+// (prepare is idempotent): a claim the plugin would forget on restart
+// would keep the node's domain label forever.
+func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	res, err := d.claims.PrepareResourceClaims(ctx, claims)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.save(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	res, err := d.claims.UnprepareResourceClaims(ctx, claims)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.save(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin: background errors (the
+// ResourceSlice publishing) are logged; unrecoverable ones stop the plugin.
+func (d *driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.cancel != nil {
+		d.cancel(fmt.Errorf("fatal background error: %s: %w", msg, err))
+	}
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin, which requires it:
+// the channel driver reports no device health (and turns the service off,
+// so the helper never calls it).
+func (d *driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
+func (d *driver) save() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return saveCheckpoint(d.ckpt, d.nodeName, d.node.Prepared())
+}
+
+// Plugin is a started channel driver plugin.
+type Plugin struct {
+	Helper *kubeletplugin.Helper
+	Node   *computedomain.Node
+	// CliqueID is the clique published (empty: none).
+	CliqueID string
+	health   *healthServer
+	stop     func()
+}
+
+// Stop stops serving and the informers. Prepared claims stay prepared
+// (checkpointed) for the next instance.
+func (p *Plugin) Stop() {
+	p.Helper.Stop()
+	p.health.close()
+	p.stop()
+}
+
+// Run starts the plugin with clients from --kubeconfig (in-cluster when
+// empty) and blocks until ctx is done or a fatal error occurs.
+func Run(ctx context.Context, o *Options) error {
+	if err := o.validateOnce(); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig %q (set --kubeconfig or run in a pod): %w", o.Kubeconfig, err)
+	}
+	cfg.UserAgent = "gpu-kubelet-plugin-compute-domain"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("create dynamic client: %w", err)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	p, err := Start(ctx, o, client, dyn, cancel)
+	if err != nil {
+		return err
+	}
+	defer p.Stop()
+	<-ctx.Done()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// Start discovers the node's clique, restores the checkpoint, starts the
+// ComputeDomain informers, serves the kubelet's DRA API and publishes the
+// node's channel and daemon devices. fatal is called for background
+// errors that need a restart.
+func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, fatal context.CancelCauseFunc) (_ *Plugin, err error) {
+	if err := o.validateOnce(); err != nil {
+		return nil, err
+	}
+	logger := klog.FromContext(ctx)
+	names := o.Names()
+	if fi, err := os.Stat(o.KubeletRegistrarDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("kubelet plugin registration directory %s is missing: is the kubelet running with this root directory? (--kubelet-registrar-directory)", o.KubeletRegistrarDir)
+	}
+	dataDir := o.PluginDataDir()
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create plugin directory: %w", err)
+	}
+	roots := nvmllib.DriverRoots(o.NvidiaDriverRoot, o.HostDriverRoot)
+	clique, err := nodeClique(ctx, roots)
+	if err != nil {
+		return nil, err
+	}
+	channels, err := computedomain.NewChannels(roots)
+	if err != nil {
+		return nil, err
+	}
+	gvrs, err := served(ctx, client.Discovery(), o.names)
+	if err != nil {
+		return nil, err
+	}
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, informerResync)
+	domains, err := computedomain.NewDomains(factory, gvrs)
+	if err != nil {
+		return nil, err
+	}
+	domainsDir := filepath.Join(dataDir, "domains")
+	node, err := computedomain.NewNode(computedomain.Config{
+		NodeName: o.NodeName, Names: names, Client: client, Domains: domains, Channels: channels, ChannelCount: o.Channels,
+		CliqueID: clique, DaemonNamespace: o.Namespace, DomainsDir: domainsDir, HostDomainsDir: domainsDir,
+		HostDriverRoot: roots.HostDriver, FabricMgmt: fabricMgmt(ctx, roots, clique), ReadyWait: o.DaemonReadyWait,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ckpt := filepath.Join(dataDir, checkpointFile)
+	restored, err := loadCheckpoint(ckpt, o.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	node.Restore(restored)
+	claims, err := computedomain.NewClaims(node, o.CDIRoot)
+	if err != nil {
+		return nil, err
+	}
+	resources, err := computedomain.Resources(o.NodeName, computedomain.DeviceOptions{Channels: o.Channels, CliqueID: clique,
+		MaxDevicesPerSlice: o.MaxDevicesPerSlice})
+	if err != nil {
+		return nil, err
+	}
+
+	// The informers: node lists follow the domains' status.
+	if err := domains.SyncNodesOnChange(ctx, node); err != nil {
+		return nil, err
+	}
+	stopInformers := make(chan struct{})
+	factory.Start(stopInformers)
+	stop := func() {
+		close(stopInformers)
+		factory.Shutdown()
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), domains.HasSynced) {
+		return nil, fmt.Errorf("ComputeDomain informers did not sync: %w", context.Cause(ctx))
+	}
+
+	d := &driver{claims: claims, node: node, ckpt: ckpt, nodeName: o.NodeName, cancel: fatal}
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(names.Driver),
+		kubeletplugin.NodeName(o.NodeName),
+		kubeletplugin.KubeClient(client),
+		kubeletplugin.RegistrarDirectoryPath(o.KubeletRegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(dataDir),
+		kubeletplugin.RegistrarListener(privateSocket),
+		kubeletplugin.PluginListener(privateSocket),
+		// Node orders its label changes itself; serial calls keep the
+		// checkpoint's writes in the order of the claims' changes.
+		kubeletplugin.Serialize(true),
+		// The channel driver reports no device health.
+		kubeletplugin.HealthService(false),
+	}
+	if o.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
+	}
+	helper, err := kubeletplugin.Start(ctx, d, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("start kubelet plugin: %w", err)
+	}
+	if err := helper.PublishResources(ctx, resources); err != nil {
+		helper.Stop()
+		return nil, fmt.Errorf("publish the IMEX channel devices: %w", err)
+	}
+	hs, err := serveHealth(ctx, o.HealthAddress, helper)
+	if err != nil {
+		helper.Stop()
+		return nil, err
+	}
+	logger.Info("compute-domain kubelet plugin running", "node", o.NodeName, "driver", names.Driver, "cliqueID", clique,
+		"channels", o.Channels, "restoredClaims", len(restored), "computeDomainVersions", len(gvrs), "dataDir", dataDir)
+	return &Plugin{Helper: helper, Node: node, CliqueID: clique, health: hs, stop: stop}, nil
+}
