@@ -375,11 +375,6 @@ func report(b *testing.B, what string, lat []time.Duration) {
 	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, what+"-max-ms")
 }
 
-// allocatedClaim creates a claim and allocates the given GPUs of node to it.
-func allocatedClaim(b *testing.B, ns, name, node string, gpus ...int) *drapb.Claim {
-	return allocatedClaimOf(b, ns, name, driver, "gpu.gpudra.io", node, gpus...)
-}
-
 // allocatedClaimOf creates a claim of class and allocates devices gpu-<i>
 // of driverName's pool node to it.
 func allocatedClaimOf(b *testing.B, ns, name, driverName, class, node string, gpus ...int) *drapb.Claim {
