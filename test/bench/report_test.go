@@ -149,7 +149,13 @@ func TestSideBySideWithReference(t *testing.T) {
 	require.Empty(t, eight.Measured, "no reference case in this run")
 	require.Nil(t, eight.Behind)
 	var md strings.Builder
-	require.NoError(t, Report{Raw: res, SideBySide: BuildSideBySide(res)}.WriteMarkdown(&md))
+	r := Report{Raw: res, SideBySide: BuildSideBySide(res), Machine: map[string]string{"reference": "/tmp/ref (dra-example-driver 31914ce)", "cpus": ""}}
+	require.NoError(t, r.WriteMarkdown(&md))
+	require.Contains(t, md.String(), "- reference: /tmp/ref (dra-example-driver 31914ce)\n")
+	require.NotContains(t, md.String(), "- cpus:", "an empty fact is left out")
+	var docs strings.Builder
+	require.NoError(t, r.WriteDocs(&docs))
+	require.Contains(t, docs.String(), "| reference driver, same run | /tmp/ref (dra-example-driver 31914ce) |")
 	require.Contains(t, md.String(), "| dra-example-driver, same run | gpudra behind it |")
 	require.Contains(t, md.String(), "| prepare, 1 claim (ms, p50 / p99) | 2.10 / 6.00 | p99 ≤ 5.00 | **no** | 3.00 / 5.50 | **yes** |")
 }
