@@ -27,6 +27,7 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/prepare"
 	"github.com/gpudra/gpudra/internal/plugin/sharing"
 	"github.com/gpudra/gpudra/internal/plugin/slice"
+	"github.com/gpudra/gpudra/internal/shared/endpoints"
 )
 
 // Driver implements kubeletplugin.DRAPlugin on top of the prepare manager.
@@ -212,8 +213,8 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		kubeletplugin.GRPCInterceptor(fetcher.Intercept),
 		kubeletplugin.RegistrarDirectoryPath(o.KubeletRegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(o.PluginDataDir()),
-		kubeletplugin.RegistrarListener(privateSocket),
-		kubeletplugin.PluginListener(privateSocket),
+		kubeletplugin.RegistrarListener(endpoints.PrivateSocket),
+		kubeletplugin.PluginListener(endpoints.PrivateSocket),
 		// Claims on different GPUs prepare in parallel; the manager locks per device.
 		kubeletplugin.Serialize(false),
 		kubeletplugin.HealthService(hs != nil),

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/plugin/computedomain"
 	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
+	"github.com/gpudra/gpudra/internal/shared/endpoints"
 )
 
 // informerResync is how often the ComputeDomain informers replay their
@@ -227,8 +228,8 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.RegistrarDirectoryPath(o.KubeletRegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(dataDir),
-		kubeletplugin.RegistrarListener(privateSocket),
-		kubeletplugin.PluginListener(privateSocket),
+		kubeletplugin.RegistrarListener(endpoints.PrivateSocket),
+		kubeletplugin.PluginListener(endpoints.PrivateSocket),
 		// Node orders its label changes itself; serial calls keep the
 		// checkpoint's writes in the order of the claims' changes.
 		kubeletplugin.Serialize(true),

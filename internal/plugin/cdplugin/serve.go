@@ -4,35 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 )
-
-// privateSocket listens on a Unix socket only its owner (root, like the
-// kubelet) may connect to, as the GPU plugin's (internal/plugin's
-// privateSocket, of which this is a copy): the helper's own listener
-// leaves the mode to the umask.
-func privateSocket(ctx context.Context, path string) (net.Listener, error) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
-	}
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		_ = l.Close()
-		return nil, fmt.Errorf("restrict socket %s to its owner: %w", path, err)
-	}
-	return l, nil
-}
 
 // healthServer serves /healthz (the process answers) and /readyz (the
 // kubelet confirmed the registration, as the GPU plugin's readyz checks).

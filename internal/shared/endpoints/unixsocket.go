@@ -1,4 +1,4 @@
-package plugin
+package endpoints
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"os"
 )
 
-// privateSocket listens on a Unix socket that only its owner may connect to
-// (the plugin and the kubelet both run as root). The helper's own listener
-// leaves the mode to the umask: with umask 0, as in some container images,
-// anybody on the node could call NodePrepareResources. Used for the
-// registration socket and dra.sock.
-func privateSocket(ctx context.Context, path string) (net.Listener, error) {
+// PrivateSocket listens on a Unix socket that only its owner may connect to
+// (the kubelet plugins and the kubelet all run as root). The kubelet-plugin
+// helper's own listener leaves the mode to the umask: with umask 0, as in
+// some container images, anybody on the node could call
+// NodePrepareResources. The GPU plugin and the ComputeDomain channel plugin
+// pass it for the registration socket and dra.sock.
+func PrivateSocket(ctx context.Context, path string) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
 	}
