@@ -104,6 +104,12 @@ func TestChartMatchesController(t *testing.T) {
 
 			privileged := ds.DeepCopy()
 			privileged.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptrTo(true)}
+			sysAdmin := ds.DeepCopy()
+			sysAdmin.Spec.Template.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{DaemonCapability, "SYS_ADMIN"}
+			keepsCaps := ds.DeepCopy()
+			keepsCaps.Spec.Template.Spec.Containers[0].SecurityContext.Capabilities.Drop = nil
+			escalates := ds.DeepCopy()
+			escalates.Spec.Template.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
 			otherImage := ds.DeepCopy()
 			otherImage.Spec.Template.Spec.Containers[0].Image = "evil.example/x"
 			hostPath := ds.DeepCopy()
@@ -133,6 +139,9 @@ func TestChartMatchesController(t *testing.T) {
 				{"delete the channel template", r.user, nil, channel, true},
 				{"a privileged daemon", r.user, privileged, nil, false},
 				{"another image", r.user, otherImage, nil, false},
+				{"a capability beyond SYS_CHROOT", r.user, sysAdmin, nil, false},
+				{"capabilities not dropped", r.user, keepsCaps, nil, false},
+				{"privilege escalation not ruled out", r.user, escalates, nil, false},
 				{"a hostPath volume", r.user, hostPath, nil, false},
 				{"another ServiceAccount with its token", r.user, token, nil, false},
 				{"daemons on every node", r.user, everywhere, nil, false},

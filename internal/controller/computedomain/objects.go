@@ -104,6 +104,24 @@ func (c *Controller) daemonTemplate(k key, cd *v1alpha1.ComputeDomain) (*resourc
 		imex.ClaimConfig{APIVersion: c.cd.ConfigAPIVersion, Kind: c.cd.DaemonConfigKind, DomainID: string(cd.UID)})
 }
 
+// daemonSecurityContext is what the IMEX daemon's container may do: it
+// starts nvidia-imex chrooted into the node's driver root (the tools are
+// linked against the driver root's C library, not the image's), which takes
+// CAP_SYS_CHROOT, and the image's user (65532) holds no capability; it runs
+// as root with every other capability dropped and no privilege escalation.
+// The files it writes under the driver root's tmp/ and the fabric
+// management device node it opens are root's.
+func daemonSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false),
+		AllowPrivilegeEscalation: ptr.To(false), Privileged: ptr.To(false),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{DaemonCapability}},
+	}
+}
+
+// DaemonCapability is the one capability of the IMEX daemon's container.
+const DaemonCapability = "SYS_CHROOT"
+
 // daemonSet runs one IMEX daemon on each node labelled with the domain's
 // UID. The daemons need no API access: the controller reads their
 // readiness from the pods, so they get no ServiceAccount token.
@@ -131,7 +149,8 @@ func (c *Controller) daemonSet(k key, cd *v1alpha1.ComputeDomain) *appsv1.Daemon
 					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					Containers: []corev1.Container{{
 						Name: "imex-daemon", Image: c.cfg.DaemonImage, Command: DaemonCommand, Env: env,
-						Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: daemonClaim}}},
+						Resources:       corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: daemonClaim}}},
+						SecurityContext: daemonSecurityContext(),
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: DaemonCheckCommand}},
 							PeriodSeconds: 5, TimeoutSeconds: 5, FailureThreshold: 1},
 					}},
