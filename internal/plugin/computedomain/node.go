@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,12 @@ type DomainGetter interface {
 // daemon on this node is not ready: the kubelet retries the prepare (and
 // the pod waits in ContainerCreating) until it is.
 var ErrDaemonNotReady = errors.New("the ComputeDomain's IMEX daemon on this node is not ready")
+
+// ErrCliqueConflict is wrapped by Prepare's error when the domain's status
+// already lists nodes of another NVLink clique than this node's: IMEX
+// cannot join GPUs that NVLink does not connect, so one domain never spans
+// two cliques. The prepare is retried; it succeeds once those nodes left.
+var ErrCliqueConflict = errors.New("the ComputeDomain already has nodes in another NVLink clique")
 
 // Config of Node.
 type Config struct {
@@ -233,6 +240,9 @@ func (n *Node) waitReady(ctx context.Context, cd *v1alpha1.ComputeDomain) error 
 		deadline = time.Now().Add(n.cfg.ReadyWait)
 	}
 	for {
+		if err := n.cliqueConflict(cd); err != nil {
+			return err
+		}
 		state := n.nodeState(cd)
 		if state == v1alpha1.DomainReady {
 			return nil
@@ -256,6 +266,25 @@ func (n *Node) waitReady(ctx context.Context, cd *v1alpha1.ComputeDomain) error 
 		}
 		cd = fresh
 	}
+}
+
+// cliqueConflict returns an error wrapping ErrCliqueConflict when the
+// domain's status lists another node whose clique is not this node's (a
+// node without a clique counts as a clique of its own).
+func (n *Node) cliqueConflict(cd *v1alpha1.ComputeDomain) error {
+	var others []string
+	for _, node := range cd.Status.Nodes {
+		if node.Name != n.cfg.NodeName && node.CliqueID != n.cfg.CliqueID {
+			others = append(others, fmt.Sprintf("%s (clique %q)", node.Name, node.CliqueID))
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	return fmt.Errorf("ComputeDomain %s/%s: %w: node %s is in clique %q, the domain has %s; NVLink does not connect them, "+
+		"so one domain's pods must run on nodes of one clique: constrain the workload's pods (e.g. node affinity or a "+
+		"topology spread on the nodes' clique) and delete this pod; its prepare is retried meanwhile",
+		cd.Namespace, cd.Name, ErrCliqueConflict, n.cfg.NodeName, n.cfg.CliqueID, strings.Join(others, ", "))
 }
 
 func (n *Node) nodeState(cd *v1alpha1.ComputeDomain) v1alpha1.ComputeDomainState {

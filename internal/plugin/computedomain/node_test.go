@@ -30,6 +30,18 @@ func ready(name string) v1alpha1.ComputeDomainNode {
 	return v1alpha1.ComputeDomainNode{Name: name, IPAddress: "10.0.0.1", CliqueID: "clique.1", Status: v1alpha1.DomainReady}
 }
 
+func otherClique(name string) v1alpha1.ComputeDomainNode {
+	n := ready(name)
+	n.CliqueID = "clique.2"
+	return n
+}
+
+func noClique(name string) v1alpha1.ComputeDomainNode {
+	n := ready(name)
+	n.CliqueID = ""
+	return n
+}
+
 // Prepares that stop before any channel device node is made: no root needed.
 func TestPrepareChannelRefused(t *testing.T) {
 	notReady := ready("node-a")
@@ -41,6 +53,7 @@ func TestPrepareChannelRefused(t *testing.T) {
 		claimNS   string
 		wantErr   string
 		notReady  bool
+		conflict  bool
 		wantLabel string
 	}{
 		{name: "daemon not ready", domain: domain("team", "cd", "u1", notReady), claimNS: "team",
@@ -54,6 +67,13 @@ func TestPrepareChannelRefused(t *testing.T) {
 		{name: "node in another domain", domain: domain("team", "cd", "u1", ready("node-a")), labels: map[string]string{label: "u0"},
 			claimNS: "team", wantErr: "node node-a already belongs to ComputeDomain u0", wantLabel: "u0"},
 		{name: "domain gone", claimNS: "team", wantErr: "ComputeDomain with UID u1 not found"},
+		// NVLink does not cross cliques: a node of clique 1 is refused
+		// while the domain has a node of clique 2, even when it is ready
+		// itself, and it keeps the label (its daemon is in the status).
+		{name: "domain in another clique", domain: domain("team", "cd", "u1", otherClique("node-b"), ready("node-a")), claimNS: "team",
+			wantErr: `node node-a is in clique "clique.1", the domain has node-b (clique "clique.2")`, conflict: true, wantLabel: "u1"},
+		{name: "node without a clique in the domain", domain: domain("team", "cd", "u1", noClique("node-b")), claimNS: "team",
+			wantErr: `node-b (clique "")`, conflict: true, wantLabel: "u1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cds := &domains{byUID: map[string]*v1alpha1.ComputeDomain{}}
@@ -64,12 +84,13 @@ func TestPrepareChannelRefused(t *testing.T) {
 			_, err := n.Prepare(context.Background(), channelClaim(t, tc.claimNS, "c1", "channel-0", channelCfg("u1", "")))
 			require.ErrorContains(t, err, tc.wantErr)
 			assert.Equal(t, tc.notReady, errors.Is(err, ErrDaemonNotReady), "retryable not-ready error: %v", err)
+			assert.Equal(t, tc.conflict, errors.Is(err, ErrCliqueConflict), "clique conflict: %v", err)
 			if tc.domain == nil {
 				assert.True(t, apierrors.IsNotFound(err), "the not-found error is wrapped: %v", err)
 			}
 			assert.Equal(t, tc.wantLabel, nodeLabels(t, client)[label])
 			held := n.Prepared()
-			if tc.notReady {
+			if tc.notReady || tc.conflict {
 				// It holds the label it set, not yet ready.
 				assert.Equal(t, []PreparedClaim{{UID: "c1", Kind: TypeChannel, DomainID: "u1"}}, held)
 			} else {

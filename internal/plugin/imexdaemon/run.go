@@ -78,6 +78,12 @@ func Run(ctx context.Context, o Options) error {
 				logger.Info("Stopping nvidia-imex")
 				o.stop(ctx, c)
 			}
+			// The pod goes (its domain was deleted or left the node): its
+			// directory would stay in the driver root's tmp for good. A
+			// daemon that starts again writes it anew.
+			if err := os.RemoveAll(o.hostPath(o.workDir())); err != nil {
+				logger.Error(err, "The IMEX daemon's directory in the driver root was not removed")
+			}
 			return nil
 		case <-poll.C:
 			next, err := o.readNodes()

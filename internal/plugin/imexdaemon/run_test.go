@@ -114,6 +114,7 @@ while :; do sleep 0.02; done
 
 	require.NoError(t, stop())
 	require.Equal(t, []string{"term", l[7]}, lines(t, starts)[10:12])
+	require.NoDirExists(t, work, "a daemon that stops leaves no directory in the driver root's tmp")
 }
 
 func TestRunGivesUp(t *testing.T) {
