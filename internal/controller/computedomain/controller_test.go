@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,7 +69,16 @@ func TestDomainObjects(t *testing.T) {
 			assert.Equal(t, []string{Finalizer}, e.get(t, tc.gvr, "team-a", "train").GetFinalizers())
 
 			assert.Equal(t, map[string]string{cdn.Label: "uid-1"}, ds.Spec.Template.Spec.NodeSelector)
-			assert.Equal(t, image, ds.Spec.Template.Spec.Containers[0].Image)
+			ctr := ds.Spec.Template.Spec.Containers[0]
+			assert.Equal(t, image, ctr.Image)
+			// Root with CAP_SYS_CHROOT only (nvidia-imex runs chrooted into
+			// the driver root); readiness checked every second until first
+			// ready, since the workload's prepares wait for it.
+			assert.Equal(t, []corev1.Capability{DaemonCapability}, ctr.SecurityContext.Capabilities.Add)
+			assert.Equal(t, []corev1.Capability{"ALL"}, ctr.SecurityContext.Capabilities.Drop)
+			assert.Equal(t, int64(0), *ctr.SecurityContext.RunAsUser)
+			assert.Equal(t, DaemonCheckCommand, ctr.StartupProbe.Exec.Command)
+			assert.Equal(t, int32(1), ctr.StartupProbe.PeriodSeconds)
 			assert.Equal(t, "computedomain-uid-1", *ds.Spec.Template.Spec.ResourceClaims[0].ResourceClaimTemplateName)
 			assert.Equal(t, tc.gvr.Group+"/team-a/train", ds.Annotations[RefAnnotation])
 			daemon, err := e.kube.ResourceV1().ResourceClaimTemplates(driverNS).Get(ctx, "computedomain-uid-1", metav1.GetOptions{})

@@ -151,6 +151,12 @@ func (c *Controller) daemonSet(k key, cd *v1alpha1.ComputeDomain) *appsv1.Daemon
 						Name: "imex-daemon", Image: c.cfg.DaemonImage, Command: DaemonCommand, Env: env,
 						Resources:       corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: daemonClaim}}},
 						SecurityContext: daemonSecurityContext(),
+						// Every second until the daemon is first ready (the
+						// workload's prepares wait for that), then every 5
+						// seconds. A daemon never ready within an hour (a
+						// domain whose other nodes never came) is restarted.
+						StartupProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: DaemonCheckCommand}},
+							PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 3600},
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: DaemonCheckCommand}},
 							PeriodSeconds: 5, TimeoutSeconds: 5, FailureThreshold: 1},
 					}},

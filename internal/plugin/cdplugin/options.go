@@ -75,9 +75,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Channels, "channels", computedomain.DefaultChannels,
 		fmt.Sprintf("Number of IMEX channels to publish (channel-0 ...; at most %d).", computedomain.MaxChannels))
 	fs.IntVar(&o.MaxDevicesPerSlice, "max-devices-per-slice", 128, "Split the pool into ResourceSlices of at most this many devices (API maximum 128).")
-	fs.DurationVar(&o.DaemonReadyWait, "daemon-ready-wait", 5*time.Second,
+	fs.DurationVar(&o.DaemonReadyWait, "daemon-ready-wait", DefaultDaemonReadyWait,
 		"How long a channel claim's prepare waits for the ComputeDomain's IMEX daemon on this node to become ready before it fails; "+
-			"the kubelet retries a failed prepare.")
+			"the kubelet retries a failed prepare, with a growing back-off. Keep it below the kubelet's 45s timeout of a prepare call.")
 	fs.StringVar(&o.HealthAddress, "health-address", "",
 		"Serve /healthz and /readyz on this address (e.g. :8081); empty: off.")
 }
@@ -93,8 +93,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)
 	case o.Channels < 1 || o.Channels > computedomain.MaxChannels:
 		return fmt.Errorf("--channels=%d: must be between 1 and %d", o.Channels, computedomain.MaxChannels)
-	case o.DaemonReadyWait < 0:
-		return fmt.Errorf("--daemon-ready-wait=%s: must not be negative", o.DaemonReadyWait)
+	case o.DaemonReadyWait < 0 || o.DaemonReadyWait >= kubeletCallTimeout:
+		return fmt.Errorf("--daemon-ready-wait=%s: must be 0 or more and below the kubelet's %s timeout of a prepare call", o.DaemonReadyWait, kubeletCallTimeout)
 	}
 	names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility})
 	if err != nil {
@@ -113,6 +113,16 @@ func (o *Options) validateOnce() error {
 
 // Names are the channel driver's names in the resolved mode (after Validate).
 func (o *Options) Names() compat.ComputeDomainNames { return o.names.ComputeDomain() }
+
+// DefaultDaemonReadyWait: a channel claim's prepare waits in-process for
+// the daemon (instead of failing into the kubelet's back-off, which grows
+// to minutes) for most of kubeletCallTimeout, how long the kubelet waits
+// for a NodePrepareResources call (k8s.io/kubernetes pkg/kubelet/cm/dra/
+// plugin, defaultClientCallTimeout, v1.37).
+const (
+	DefaultDaemonReadyWait = 30 * time.Second
+	kubeletCallTimeout     = 45 * time.Second
+)
 
 // PluginDataDir is the driver's directory: dra.sock, the checkpoint, the
 // domains' node lists.

@@ -43,6 +43,7 @@ func TestOptions(t *testing.T) {
 		"--channels=0":            {"--node-name=a", "--namespace=b", "--channels=0"},
 		"--max-devices-per-slice": {"--node-name=a", "--namespace=b", "--max-devices-per-slice=129"},
 		"--daemon-ready-wait=-1s": {"--node-name=a", "--namespace=b", "--daemon-ready-wait=-1s"},
+		"--daemon-ready-wait=45s": {"--node-name=a", "--namespace=b", "--daemon-ready-wait=45s"},
 		"unknown compatibility":   {"--node-name=a", "--namespace=b", "--compatibility=amd"},
 	} {
 		err := parse(want...).Validate()

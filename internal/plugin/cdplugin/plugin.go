@@ -230,9 +230,13 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 		kubeletplugin.PluginDataDirectoryPath(dataDir),
 		kubeletplugin.RegistrarListener(endpoints.PrivateSocket),
 		kubeletplugin.PluginListener(endpoints.PrivateSocket),
-		// Node orders its label changes itself; serial calls keep the
-		// checkpoint's writes in the order of the claims' changes.
-		kubeletplugin.Serialize(true),
+		// Calls run concurrently: a channel claim's prepare waits up to
+		// --daemon-ready-wait for the domain's daemon on this node, whose
+		// own claim must be prepared meanwhile. Node orders its label
+		// changes and claims itself; each checkpoint write (under mu) is a
+		// snapshot taken after the call's own change, so the last write
+		// holds every completed change.
+		kubeletplugin.Serialize(false),
 		// The channel driver reports no device health.
 		kubeletplugin.HealthService(false),
 	}

@@ -51,7 +51,8 @@ func newEnv(t *testing.T) *env {
 	dir := t.TempDir()
 	o := &Options{NodeName: "node-a", Namespace: "gpudra", NvidiaDriverRoot: fakedriver.ForTest(t, "gb200-nvl72-tray", "node-a"),
 		CDIRoot: filepath.Join(dir, "cdi"), KubeletPluginsDir: filepath.Join(dir, "plugins"),
-		KubeletRegistrarDir: filepath.Join(dir, "registry"), Channels: 4, MaxDevicesPerSlice: 128, HealthAddress: "127.0.0.1:0"}
+		KubeletRegistrarDir: filepath.Join(dir, "registry"), Channels: 4, MaxDevicesPerSlice: 128, HealthAddress: "127.0.0.1:0",
+		DaemonReadyWait: 3 * time.Second}
 	require.NoError(t, os.MkdirAll(o.KubeletRegistrarDir, 0o750))
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "1"}})
 	client.Resources = []*metav1.APIResourceList{{GroupVersion: nativeGVR.GroupVersion().String(),
@@ -179,11 +180,34 @@ func TestKubeletPath(t *testing.T) {
 	require.Contains(t, r.Error, computedomain.ErrDaemonNotReady.Error(), "retried by the kubelet until the daemon is ready")
 	require.Equal(t, "u1", e.label(t, ctx), "the node is labelled so that the daemon starts")
 
+	// Calls are not serialized: while c1's prepare waits for the daemon,
+	// the daemon's own claim is prepared (serial calls would hold it behind
+	// c1 until c1's wait ran out).
+	type answer struct {
+		resp *drapb.NodePrepareResourcesResponse
+		err  error
+	}
+	waiting := make(chan answer, 1)
+	go func() {
+		resp, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{c1}})
+		waiting <- answer{resp, err}
+	}()
+	time.Sleep(200 * time.Millisecond) // c1 waits in the plugin
+	d1 := e.claim(t, ctx, "gpudra", "d1", "d1", "daemon", computedomain.DaemonDeviceName, names.DaemonConfigKind)
+	began := time.Now()
+	r = prepare(d1)
+	require.Empty(t, r.Error)
+	require.Less(t, time.Since(began), e.o.DaemonReadyWait, "the daemon's claim waited for the channel claim")
+	select {
+	case a := <-waiting:
+		t.Fatalf("c1's prepare returned before the daemon was ready: %+v %v", a.resp, a.err)
+	default:
+	}
 	e.setDomain(t, ctx, p.CliqueID, v1alpha1.DomainReady)
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		r = prepare(c1)
-		return r.Error == "", nil
-	}), r.Error)
+	a := <-waiting
+	require.NoError(t, a.err)
+	r = a.resp.Claims[c1.Uid]
+	require.Empty(t, r.Error, "c1's prepare, waiting in the plugin, goes on once the daemon is ready")
 	require.Len(t, r.Devices, 1)
 	require.Equal(t, []string{"k8s.compute-domain.gpudra.io/claim=c1-channel-1"}, r.Devices[0].CdiDeviceIds)
 	nodes := e.spec(t, "c1").Devices[0].ContainerEdits.DeviceNodes
@@ -193,9 +217,6 @@ func TestKubeletPath(t *testing.T) {
 	require.FileExists(t, filepath.Join(e.o.NvidiaDriverRoot, computedomain.ChannelPath(1)), "created with mknod")
 
 	// The IMEX daemon's claim gets the driver's fabric management capability.
-	d1 := e.claim(t, ctx, "gpudra", "d1", "d1", "daemon", computedomain.DaemonDeviceName, names.DaemonConfigKind)
-	r = prepare(d1)
-	require.Empty(t, r.Error)
 	edits := e.spec(t, "d1").Devices[0].ContainerEdits
 	require.Len(t, edits.DeviceNodes, 1)
 	require.Equal(t, int64(fakedriver.FabricIMEXMgmtMinor), edits.DeviceNodes[0].Minor)
