@@ -19,7 +19,7 @@ BENCH_PKGS := ./internal/...
 
 
 # (workload-root is a file target's alias, see below)
-.PHONY: workload-root all bench bench-cluster bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd crio demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks policy-versions prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
+.PHONY: workload-root all bench bench-cluster bench-computedomain bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd crio demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks policy-versions prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
 
 all: build
 
@@ -93,6 +93,10 @@ bench-scale: $(E2E_DEPS) ## Scheduler allocation over 120 simulated GPU nodes, 8
 	@mkdir -p $(OUTPUT)/bench
 	$(GO) test -run '^$$' -bench SchedulerAllocation -benchtime 1x ./internal/plugin/slice/ | tee $(OUTPUT)/bench/scale.txt
 	$(GO) test -tags e2e -run '^$$' -bench "SchedulerScale/$${SCALE_SHAPES:-whole-gpus}" -benchtime 1x -timeout 40m ./test/e2e/ | tee -a $(OUTPUT)/bench/scale.txt
+
+bench-computedomain: $(E2E_DEPS) ## ComputeDomain create -> all pods Running and status write conflicts against domain size, on simulated GB200 NVL72 trays (CD_NODES=4, one pod per tray)
+	@mkdir -p $(OUTPUT)/bench
+	$(GO) test -tags e2e -run '^$$' -bench ComputeDomain -benchtime 1x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/computedomain.txt
 
 bench-drasock: $(E2E_DEPS) ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API (a plugin process of its own against the containerd cluster's control plane)
 	@mkdir -p $(OUTPUT)/bench

@@ -43,12 +43,7 @@ var (
 // Then a domain whose pods are pinned to trays of both cliques: the pod of
 // the later clique never starts, with an event saying why.
 func TestComputeDomainJob(t *testing.T) {
-	rack := map[string]string{cdClique1[0]: "gb200-nvl72-tray", cdClique1[1]: "gb200-nvl72-tray",
-		cdClique2: filepath.Join(repoRoot, "test", "localcluster", "profiles", "gb200-tray-clique2.yaml")}
-	for _, n := range append(slices.Clone(cdClique1), cdClique2) {
-		clusterCmd(t, "add-node", n+"="+rack[n])
-		t.Cleanup(func() { clusterCmd(t, "remove-node", n) })
-	}
+	addRack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	if err := realCluster.InstallDriver(ctx, "computeDomains.enabled=true"); err != nil {
@@ -71,8 +66,8 @@ func TestComputeDomainJob(t *testing.T) {
 		time.Since(start).Round(100*time.Millisecond))
 
 	job, all := domainStatus(t, ns, "job"), domainStatus(t, ns, "all")
-	assertDomainNodes(t, job, cdClique1, "6f3b2a91-4c1e-4f7a-9d2b-8e5c0a1d7b44.1")
-	assertDomainNodes(t, all, []string{cdClique2}, "6f3b2a91-4c1e-4f7a-9d2b-8e5c0a1d7b44.2")
+	assertDomainNodes(t, job, cdClique1, rackClique1)
+	assertDomainNodes(t, all, []string{cdClique2}, rackClique2)
 	for _, n := range cdClique1 {
 		assertNodeLabel(t, n, names.Label, string(job.UID))
 	}
@@ -80,15 +75,7 @@ func TestComputeDomainJob(t *testing.T) {
 
 	// Single: each pod sees the one channel it was allocated, nothing else.
 	for _, name := range []string{"job-0", "job-1"} {
-		p := pod(t, ns, name)
-		devs := claimResults(t, p)
-		if len(devs) != 1 || !strings.HasPrefix(devs[0], "channel-") {
-			t.Fatalf("%s: allocated %v, want one channel device", name, devs)
-		}
-		want := []string{"channel" + strings.TrimPrefix(devs[0], "channel-")}
-		if got := channelNodes(t, ns, name); !slices.Equal(got, want) {
-			t.Errorf("%s (allocated %s) sees channel device nodes %v, want %v", name, devs[0], got, want)
-		}
+		assertOneChannel(t, ns, name)
 	}
 	// All: every channel its node publishes.
 	if got, want := len(channelNodes(t, ns, "all-0")), nodeChannels(t, names.Driver, cdClique2); got != want {
@@ -110,7 +97,7 @@ func TestComputeDomainJob(t *testing.T) {
 	mustKubectl(t, "-n", ns, "delete", "pods", "--all", "--wait=true", "--timeout=2m")
 	mustKubectl(t, "-n", ns, "delete", "computedomains.resource.gpudra.io", "--all", "--wait=true", "--timeout=2m")
 	for _, cd := range []*v1alpha1.ComputeDomain{job, all} {
-		assertDomainGone(t, ns, cd, names)
+		assertDomainGone(t, ns, cd, names, rackNodes())
 	}
 
 	t.Run("across two cliques", func(t *testing.T) {
@@ -133,8 +120,46 @@ func TestComputeDomainJob(t *testing.T) {
 		cd := domainStatus(t, ns, "split")
 		mustKubectl(t, "-n", ns, "delete", "pods", "--all", "--wait=true", "--timeout=2m")
 		mustKubectl(t, "-n", ns, "delete", "computedomains.resource.gpudra.io", "split", "--wait=true", "--timeout=2m")
-		assertDomainGone(t, ns, cd, names)
+		assertDomainGone(t, ns, cd, names, rackNodes())
 	})
+}
+
+// Clique IDs of the simulated rack's trays (cluster UUID.clique).
+const (
+	rackClique1 = "6f3b2a91-4c1e-4f7a-9d2b-8e5c0a1d7b44.1"
+	rackClique2 = "6f3b2a91-4c1e-4f7a-9d2b-8e5c0a1d7b44.2"
+)
+
+// addRack adds the simulated rack's three trays, removed after the test.
+func addRack(t *testing.T) {
+	t.Helper()
+	rack := map[string]string{cdClique1[0]: "gb200-nvl72-tray", cdClique1[1]: "gb200-nvl72-tray",
+		cdClique2: filepath.Join(repoRoot, "test", "localcluster", "profiles", "gb200-tray-clique2.yaml")}
+	for _, n := range rackNodes() {
+		clusterCmd(t, "add-node", n+"="+rack[n])
+		t.Cleanup(func() { clusterCmd(t, "remove-node", n) })
+	}
+}
+
+func rackNodes() []string { return append(slices.Clone(cdClique1), cdClique2) }
+
+// assertOneChannel: the pod was allocated one channel device and sees
+// exactly its device node.
+func assertOneChannel(t *testing.T, ns, name string) {
+	t.Helper()
+	var channels []string
+	for _, d := range claimResults(t, pod(t, ns, name)) {
+		if strings.HasPrefix(d, "channel-") {
+			channels = append(channels, d)
+		}
+	}
+	if len(channels) != 1 {
+		t.Fatalf("%s: allocated channels %v, want one", name, channels)
+	}
+	want := []string{"channel" + strings.TrimPrefix(channels[0], "channel-")}
+	if got := channelNodes(t, ns, name); !slices.Equal(got, want) {
+		t.Errorf("%s (allocated %s) sees channel device nodes %v, want %v", name, channels[0], got, want)
+	}
 }
 
 func computeDomain(name string, nodes int, mode string) string {
@@ -169,10 +194,17 @@ spec:
 `, name, domain, node, domain)
 }
 
-func domainStatus(t *testing.T, ns, name string) *v1alpha1.ComputeDomain {
+func domainStatus(t testing.TB, ns, name string) *v1alpha1.ComputeDomain {
+	t.Helper()
+	return domainIn(t, "computedomains.resource.gpudra.io", ns, name)
+}
+
+// domainIn reads a ComputeDomain of resource (the native group's or
+// NVIDIA's).
+func domainIn(t testing.TB, resource, ns, name string) *v1alpha1.ComputeDomain {
 	t.Helper()
 	var cd v1alpha1.ComputeDomain
-	out := mustKubectl(t, "-n", ns, "get", "computedomains.resource.gpudra.io", name, "-o", "json")
+	out := mustKubectl(t, "-n", ns, "get", resource, name, "-o", "json")
 	if err := json.Unmarshal([]byte(out), &cd); err != nil {
 		t.Fatalf("ComputeDomain %s: %v", name, err)
 	}
@@ -306,12 +338,11 @@ func waitPrepareFailure(t *testing.T, ns, podName, want string) string {
 
 // assertDomainGone: after the domain was deleted, nothing of it is left:
 // its DaemonSet and templates, its label on nodes, its node lists and the
-// daemons' directories in the driver roots.
-func assertDomainGone(t *testing.T, ns string, cd *v1alpha1.ComputeDomain, names compat.ComputeDomainNames) {
+// daemons' directories in the driver roots of nodes.
+func assertDomainGone(t testing.TB, ns string, cd *v1alpha1.ComputeDomain, names compat.ComputeDomainNames, nodes []string) {
 	t.Helper()
 	release := realCluster.Config().Namespace
 	uid := string(cd.UID)
-	nodes := append(slices.Clone(cdClique1), cdClique2)
 	var left []string
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		left = nil

@@ -291,7 +291,7 @@ func testMetrics(t *testing.T, url string) {
 }
 
 // kubectlApply applies a manifest into ns and returns kubectl's output.
-func kubectlApply(t *testing.T, ns, manifest string) (string, error) {
+func kubectlApply(t testing.TB, ns, manifest string) (string, error) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "manifest.yaml")
 	if err := os.WriteFile(f, []byte(manifest), 0o600); err != nil {

@@ -26,7 +26,7 @@ import (
 var driver = "gpu.gpudra.io"
 
 // namespace creates a fresh namespace for one test and deletes it after.
-func namespace(t *testing.T) string {
+func namespace(t testing.TB) string {
 	t.Helper()
 	ctx := context.Background()
 	name := fmt.Sprintf("e2e-%s-%d", strings.ToLower(regexp.MustCompile(`[^a-zA-Z0-9]+`).ReplaceAllString(t.Name(), "-")), time.Now().UnixNano()%100000)
@@ -73,7 +73,7 @@ func applySpec(t *testing.T, ns, path string) {
 	applyYAML(t, ns, strings.ReplaceAll(string(data), "namespace: demo", "namespace: "+ns))
 }
 
-func applyYAML(t *testing.T, ns, manifest string) {
+func applyYAML(t testing.TB, ns, manifest string) {
 	t.Helper()
 	if out, err := kubectlApply(t, ns, manifest); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)

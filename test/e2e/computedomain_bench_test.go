@@ -1,0 +1,146 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/internal/controller/computedomain"
+	"github.com/gpudra/gpudra/internal/shared/compat"
+)
+
+// BenchmarkComputeDomain measures what NVIDIA's ComputeDomain users report
+// as slow (kubernetes-sigs/dra-driver-nvidia-gpu #816, #1107, #1093): the
+// time from creating a ComputeDomain and its workload's pods to every pod
+// Running, and the conflicts (HTTP 409) and throttling (HTTP 429) of the
+// controller's status writes on the way, against the domain's size. It adds
+// CD_NODES (4) simulated GB200 NVL72 trays of one clique and installs the
+// chart with computeDomains.enabled; each sub-benchmark nodes-<n> runs a
+// domain of n trays with one pod on each (the default channel class
+// selects channel 0, as NVIDIA's does, so a node holds one channel claim of
+// a domain), every pod with one channel claim from the domain's template,
+// then deletes pods and domain and waits until nothing of it is left.
+// Reported: ready-s (create to all Running), pods, status-writes,
+// status-conflicts, status-throttled.
+//
+//	make bench-computedomain   (or: go test -tags e2e -run '^$' -bench ComputeDomain -benchtime 1x ./test/e2e)
+func BenchmarkComputeDomain(b *testing.B) {
+	trays := envInt(b, "CD_NODES", 4)
+	var nodes []string
+	for i := range trays {
+		n := fmt.Sprintf("cdb-%d", i)
+		clusterCmd(b, "add-node", n+"=gb200-nvl72-tray")
+		b.Cleanup(func() { clusterCmd(b, "remove-node", n) })
+		nodes = append(nodes, n)
+	}
+	ctx := context.Background()
+	if err := realCluster.InstallDriver(ctx, "computeDomains.enabled=true"); err != nil {
+		b.Fatalf("install with computeDomains.enabled=true: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := realCluster.InstallDriver(context.Background()); err != nil {
+			b.Errorf("reinstalling the chart without ComputeDomains: %v", err)
+		}
+	})
+	for size := 1; size <= trays; size++ {
+		b.Run(fmt.Sprintf("nodes-%d", size), func(b *testing.B) {
+			for range b.N {
+				runDomainJob(b, nodes[:size])
+			}
+		})
+	}
+}
+
+func runDomainJob(b *testing.B, nodes []string) {
+	ctx := context.Background()
+	names := compat.Default().ComputeDomain()
+	ns := namespace(b)
+	url := controllerMetricsURL(b)
+	before := scrapeFamilies(b, url)
+
+	b.ResetTimer()
+	start := time.Now()
+	applyYAML(b, ns, computeDomain("bench", len(nodes), "Single"))
+	for _, n := range nodes {
+		if _, err := client.CoreV1().Pods(ns).Create(ctx, benchChannelPod("worker-"+n, n), metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	total := len(nodes)
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == v1.PodRunning {
+				running++
+			}
+		}
+		return running == total, nil
+	})
+	if err != nil {
+		out, _ := kubectl("-n", ns, "get", "pods", "-o", "wide")
+		b.Fatalf("%d pods of a %d-node domain not all Running: %v\n%s", total, len(nodes), err, out)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+
+	cd := domainStatus(b, ns, "bench")
+	if cd.Status.Status != v1alpha1.DomainReady || len(cd.Status.Nodes) != len(nodes) {
+		b.Errorf("domain %s with %d nodes, want Ready with %d", cd.Status.Status, len(cd.Status.Nodes), len(nodes))
+	}
+	after := scrapeFamilies(b, url)
+	writes := func(result string) float64 {
+		return sumSeries(after, computedomain.MetricWrites, map[string]string{"object": "status", "result": result}) -
+			sumSeries(before, computedomain.MetricWrites, map[string]string{"object": "status", "result": result})
+	}
+	b.ReportMetric(elapsed.Seconds(), "ready-s")
+	b.ReportMetric(float64(total), "pods")
+	b.ReportMetric(writes("success"), "status-writes")
+	b.ReportMetric(writes("conflict"), "status-conflicts")
+	b.ReportMetric(writes("throttled"), "status-throttled")
+	b.Logf("%d-node domain, %d pods: all Running after %s", len(nodes), total, elapsed.Round(100*time.Millisecond))
+
+	mustKubectl(b, "-n", ns, "delete", "pods", "--all", "--wait=true", "--timeout=5m")
+	mustKubectl(b, "-n", ns, "delete", "computedomains.resource.gpudra.io", "bench", "--wait=true", "--timeout=2m")
+	assertDomainGone(b, ns, cd, names, nodes)
+}
+
+// benchChannelPod is a pod on node with one claim from the bench domain's
+// channel template, doing nothing.
+func benchChannelPod(name, node string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PodSpec{
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": node},
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []v1.Container{{Name: "ctr", Image: "registry.local/gpudra/workload:local", Command: []string{"sleep", "1d"},
+				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "channel"}}}}},
+			ResourceClaims: []v1.PodResourceClaim{{Name: "channel", ResourceClaimTemplateName: ptr.To("bench-channel")}},
+		},
+	}
+}
+
+// sumSeries adds the values of the counters of name whose labels include
+// labels.
+func sumSeries(fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	var sum float64
+	for _, m := range fams[name].GetMetric() {
+		if seriesKey(m, labels, "") != "\x00" {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
