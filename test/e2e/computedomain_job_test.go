@@ -40,6 +40,8 @@ var (
 // network); beside it a second domain with allocationMode All on the tray
 // of clique 2, whose pod gets every channel of its node. Deleting both
 // leaves no daemon, label, template, node list or daemon directory behind.
+// Before that, while the job runs, a plugin restart and a replaced daemon
+// leave its pods running and the domain Ready again.
 // Then a domain whose pods are pinned to trays of both cliques: the pod of
 // the later clique never starts, with an event saying why.
 func TestComputeDomainJob(t *testing.T) {
@@ -90,6 +92,35 @@ func TestComputeDomainJob(t *testing.T) {
 	for _, n := range cdClique1 {
 		if got := nodeList(t, n, names.Driver, string(job.UID)); !sameSet(got, wantList) {
 			t.Errorf("node %s: the domain's node list is %v, want the domain's daemons %v", n, got, wantList)
+		}
+	}
+
+	// While the job runs: the plugin pod of one of its nodes restarts
+	// (both plugins; the channel plugin restores its claims from its
+	// checkpoint), then the domain's daemon there is deleted and the
+	// DaemonSet starts another, with a new address. The workload's pods
+	// keep running, the domain becomes Ready again, both nodes' lists name
+	// the new daemon.
+	clusterCmd(t, "restart-plugin", cdClique1[0])
+	waitDomainReady(t, ns, "job", len(cdClique1))
+	release := realCluster.Config().Namespace
+	old := daemonPodOn(t, release, names.Label, string(job.UID), cdClique1[0])
+	mustKubectl(t, "-n", release, "delete", "pod", old.Name, "--wait=false")
+	fresh := waitDomainReadyWithout(t, ns, "job", len(cdClique1), old.Status.PodIP)
+	var addrs []string
+	for _, n := range fresh.Status.Nodes {
+		addrs = append(addrs, n.IPAddress)
+	}
+	for _, n := range cdClique1 {
+		if got := nodeList(t, n, names.Driver, string(job.UID)); !sameSet(got, addrs) {
+			t.Errorf("node %s: after the daemon was replaced, the node list is %v, want %v", n, got, addrs)
+		}
+	}
+	for _, name := range []string{"job-0", "job-1"} {
+		p := pod(t, ns, name)
+		if p.Status.Phase != v1.PodRunning || p.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("%s: %s with %d restarts after a plugin restart and a daemon replaced; the workload must keep running",
+				name, p.Status.Phase, p.Status.ContainerStatuses[0].RestartCount)
 		}
 	}
 
@@ -160,6 +191,41 @@ func assertOneChannel(t *testing.T, ns, name string) {
 	if got := channelNodes(t, ns, name); !slices.Equal(got, want) {
 		t.Errorf("%s (allocated %s) sees channel device nodes %v, want %v", name, channels[0], got, want)
 	}
+}
+
+// waitDomainReady waits until the domain is Ready with nodes nodes.
+func waitDomainReady(t *testing.T, ns, name string, nodes int) *v1alpha1.ComputeDomain {
+	t.Helper()
+	return waitDomainReadyWithout(t, ns, name, nodes, "")
+}
+
+// waitDomainReadyWithout waits until the domain is Ready with nodes nodes,
+// none of them at address gone.
+func waitDomainReadyWithout(t *testing.T, ns, name string, nodes int, gone string) *v1alpha1.ComputeDomain {
+	t.Helper()
+	var cd *v1alpha1.ComputeDomain
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		cd = domainStatus(t, ns, name)
+		if cd.Status.Status != v1alpha1.DomainReady || len(cd.Status.Nodes) != nodes {
+			return false, nil
+		}
+		return !slices.ContainsFunc(cd.Status.Nodes, func(n v1alpha1.ComputeDomainNode) bool { return n.IPAddress == gone }), nil
+	})
+	if err != nil {
+		t.Fatalf("domain %s not Ready with %d nodes (none at %q): %v; status %+v", name, nodes, gone, err, cd.Status)
+	}
+	return cd
+}
+
+// daemonPodOn is the domain's IMEX daemon pod on node.
+func daemonPodOn(t *testing.T, release, label, uid, node string) *v1.Pod {
+	t.Helper()
+	pods, err := client.CoreV1().Pods(release).List(context.Background(), metav1.ListOptions{
+		LabelSelector: label + "=" + uid, FieldSelector: "spec.nodeName=" + node})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the daemon pod of domain %s on %s: %v (%d pods)", uid, node, err, len(pods.Items))
+	}
+	return &pods.Items[0]
 }
 
 func computeDomain(name string, nodes int, mode string) string {
