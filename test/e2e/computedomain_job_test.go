@@ -31,7 +31,23 @@ var (
 	cdClique2 = "cd-c"
 )
 
-// TestComputeDomainJob installs the chart with computeDomains.enabled on a
+// TestComputeDomains adds the simulated rack once for both of its parts:
+// job, the native names (testComputeDomainJob), and nvidia, NVIDIA-format
+// manifests in the compatibility mode (testNVIDIAComputeDomains). The
+// default chart is installed again at the end.
+func TestComputeDomains(t *testing.T) {
+	addRack(t)
+	t.Cleanup(func() {
+		if err := realCluster.InstallDriver(context.Background()); err != nil {
+			t.Errorf("reinstalling the default chart: %v", err)
+		}
+		removeOtherDriversClasses(t, compat.NVIDIADriverName)
+	})
+	t.Run("job", testComputeDomainJob)
+	t.Run("nvidia", testNVIDIAComputeDomains)
+}
+
+// testComputeDomainJob installs the chart with computeDomains.enabled on a
 // simulated GB200 NVL72 rack (three trays, two cliques) and runs what a
 // multi-node NVLink job does: a domain whose two pods land on the two trays
 // of clique 1, each getting its allocated IMEX channel once the domain's
@@ -44,18 +60,12 @@ var (
 // leave its pods running and the domain Ready again.
 // Then a domain whose pods are pinned to trays of both cliques: the pod of
 // the later clique never starts, with an event saying why.
-func TestComputeDomainJob(t *testing.T) {
-	addRack(t)
+func testComputeDomainJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	if err := realCluster.InstallDriver(ctx, "computeDomains.enabled=true"); err != nil {
 		t.Fatalf("install with computeDomains.enabled=true: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := realCluster.InstallDriver(context.Background()); err != nil {
-			t.Errorf("reinstalling the chart without ComputeDomains: %v", err)
-		}
-	})
 	names := compat.Default().ComputeDomain()
 
 	ns := namespace(t)

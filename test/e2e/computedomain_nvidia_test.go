@@ -17,24 +17,17 @@ import (
 	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
-// TestNVIDIAComputeDomains installs the chart with compatibility=nvidia and
+// testNVIDIAComputeDomains (a part of TestComputeDomains) installs the chart with compatibility=nvidia and
 // computeDomains.enabled on the simulated rack and runs NVIDIA-format
 // ComputeDomain manifests (testdata/nvidia/imex-*.yaml: NVIDIA's group
 // resource.nvidia.com/v1beta1, its driver compute-domain.nvidia.com and
 // class names) with only the image changed and the pods pinned to trays:
 // a one-channel and an all-channels domain, then a two-node job whose
 // workers each take the four GPUs of their tray (gpu.nvidia.com) and a
-// channel. The native chart is installed again at the end.
-func TestNVIDIAComputeDomains(t *testing.T) {
-	addRack(t)
+// channel.
+func testNVIDIAComputeDomains(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	t.Cleanup(func() {
-		if err := realCluster.InstallDriver(context.Background()); err != nil {
-			t.Errorf("reinstalling the native chart: %v", err)
-		}
-		removeOtherDriversClasses(t, compat.NVIDIADriverName)
-	})
 	if err := realCluster.InstallDriver(ctx, "compatibility=nvidia", "computeDomains.enabled=true"); err != nil {
 		t.Fatalf("install with compatibility=nvidia computeDomains.enabled=true: %v", err)
 	}
