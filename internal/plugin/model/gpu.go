@@ -108,6 +108,14 @@ const vfioNamePrefix = "gpu-vfio-"
 // is the same on nodes whose minors follow the PCI order.
 func (g GPU) VFIODeviceName() string { return vfioNamePrefix + strconv.Itoa(g.Minor) }
 
+// PassthroughEligible says whether the GPU also gets a vfio device when
+// passthrough is on: a whole GPU (no MIG partitioning, MIG mode off) that
+// answered discovery. NVIDIA's driver likewise offers passthrough only for
+// GPUs without MIG devices.
+func (g GPU) PassthroughEligible() bool {
+	return g.Partitioning == WholeGPU && !g.MIGEnabled && g.Unreachable == ""
+}
+
 // IsVFIODeviceName reports whether a published device name is one of
 // VFIODeviceName's.
 func IsVFIODeviceName(name string) bool { return strings.HasPrefix(name, vfioNamePrefix) }

@@ -16,13 +16,6 @@ const DeviceTypeVFIO = "vfio"
 // consume all of, so that the scheduler never allocates both.
 const passthroughCounter = "gpu"
 
-// PassthroughEligible says whether a GPU also gets a vfio device: a whole
-// GPU (no MIG partitioning, MIG mode off) that answered discovery. NVIDIA's
-// driver likewise offers passthrough only for GPUs without MIG devices.
-func PassthroughEligible(g *model.GPU) bool {
-	return g.Partitioning == model.WholeGPU && !g.MIGEnabled && g.Unreachable == ""
-}
-
 // passthroughCounterSet names the counter set of one GPU's two devices.
 func passthroughCounterSet(g *model.GPU) string { return g.DeviceName() + "-passthrough" }
 
@@ -48,7 +41,7 @@ func WithPassthrough(node *model.Node, devices []resourceapi.Device) ([]resource
 	for i := range node.GPUs {
 		g := &node.GPUs[i]
 		j, ok := byName[g.DeviceName()]
-		if !ok || !PassthroughEligible(g) {
+		if !ok || !g.PassthroughEligible() {
 			continue
 		}
 		set := passthroughCounterSet(g)
