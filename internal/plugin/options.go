@@ -62,11 +62,11 @@ type Options struct {
 	ConsumableShares string
 	// Passthrough is --passthrough: GPUs are also published as vfio devices
 	// (passthrough.go).
-	Passthrough bool
-	shares           slice.ConsumableShares
-	NvidiaSMIPath    string
-	MPSControlPath   string
-	MPSRoot          string
+	Passthrough    bool
+	shares         slice.ConsumableShares
+	NvidiaSMIPath  string
+	MPSControlPath string
+	MPSRoot        string
 	// MPSCheckInterval is how often the MPS daemons of prepared claims are
 	// checked (0: never; see superviseMPS).
 	MPSCheckInterval time.Duration
