@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,8 +12,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/gpudra/gpudra/internal/plugin/vfio"
 	"github.com/gpudra/gpudra/internal/shared/compat"
 	"github.com/gpudra/gpudra/test/chart"
+	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
 func TestValidatePassthrough(t *testing.T) {
@@ -104,4 +108,28 @@ func TestChartPassthrough(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPassthroughRoots: the plugin finds a driver root's sysfs and
+// /dev/vfio as it finds its other /sys and /dev files (nvmllib.Roots), and
+// names the nodes as the host sees them.
+func TestPassthroughRoots(t *testing.T) {
+	root := fakedriver.ForTest(t, "dgx-h100", "node-a")
+	o := &Options{NodeName: "n", MaxDevicesPerSlice: 128, MIG: "static", Passthrough: true,
+		NvidiaDriverRoot: root, HostDriverRoot: "/var/lib/gpudra-sim/driver-root"}
+	require.NoError(t, o.Validate())
+	p := o.passthrough(nil)
+	require.NotNil(t, p)
+	require.Equal(t, vfio.HostSysfs{Root: filepath.Join(root, "sys")}, p.Sysfs)
+	entries, err := os.ReadDir(filepath.Join(root, "proc/driver/nvidia/gpus"))
+	require.NoError(t, err)
+	addr := entries[0].Name()
+	d, err := p.Sysfs.Driver(addr)
+	require.NoError(t, err)
+	require.Equal(t, vfio.DriverNVIDIA, d)
+	group, err := p.Sysfs.IOMMUGroup(addr)
+	require.NoError(t, err)
+	nodes, err := vfio.DeviceNodes(p.Dev, p.HostDev, group, false)
+	require.NoError(t, err)
+	require.Equal(t, "/var/lib/gpudra-sim/driver-root"+vfio.GroupPath(group), nodes[0].HostPath)
 }
