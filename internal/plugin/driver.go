@@ -182,7 +182,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		return nil, err
 	}
 	pub := &publisher{names: o.names}
-	hs, err := newHealthService(ctx, o, gpus, pub)
+	hs, err := newHealthService(ctx, o, gpus, pub, o.passedThrough(gpus.Node, manager.Prepared()))
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/prepare"
 	"github.com/gpudra/gpudra/internal/plugin/vfio"
 )
@@ -74,6 +75,30 @@ func gpuUsers(lib nvml.Interface, uuid string) (string, error) {
 		}
 	}
 	return strings.Join(pids, ", "), nil
+}
+
+// passedThrough tells the health monitor which GPUs a claim holds through
+// their vfio device (a holder is recorded before the GPU leaves nvidia and
+// dropped after it is back); nil when passthrough is off.
+func (o *Options) passedThrough(node *model.Node, prepared *prepare.Prepared) func(uuid string) bool {
+	if !o.Passthrough {
+		return nil
+	}
+	vfioName := map[string]string{}
+	for _, g := range node.GPUs {
+		if g.PassthroughEligible() {
+			vfioName[g.UUID] = g.VFIODeviceName()
+		}
+	}
+	return func(uuid string) bool {
+		name, ok := vfioName[uuid]
+		if !ok {
+			return false
+		}
+		holders, err := prepared.Holding(name)
+		// Unknown: probe, as without passthrough.
+		return err == nil && len(holders) > 0
+	}
 }
 
 // metadataOptions turn on device metadata (KEP-5304) with passthrough:

@@ -12,6 +12,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/gpudra/gpudra/internal/plugin/checkpoint"
+	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/plugin/prepare"
 	"github.com/gpudra/gpudra/internal/plugin/vfio"
 	"github.com/gpudra/gpudra/internal/shared/compat"
 	"github.com/gpudra/gpudra/test/chart"
@@ -132,4 +135,23 @@ func TestPassthroughRoots(t *testing.T) {
 	nodes, err := vfio.DeviceNodes(p.Dev, p.HostDev, group, false)
 	require.NoError(t, err)
 	require.Equal(t, "/var/lib/gpudra-sim/driver-root"+vfio.GroupPath(group), nodes[0].HostPath)
+}
+
+// The health monitor skips exactly the GPUs whose vfio device a claim
+// holds, and only with passthrough on.
+func TestPassedThrough(t *testing.T) {
+	node := &model.Node{GPUs: []model.GPU{{Minor: 0, UUID: "GPU-a"}, {Minor: 1, UUID: "GPU-b"}, {Minor: 2, UUID: "GPU-c", MIGEnabled: true}}}
+	store, err := checkpoint.Open(checkpoint.Options{Dir: t.TempDir()})
+	require.NoError(t, err)
+	require.NoError(t, store.AddHolder("gpu-vfio-1", checkpoint.Holder{ClaimUID: "11111111-2222-3333-4444-555555555555", Claim: "default/vm", Access: "exclusive"}))
+	require.NoError(t, store.AddHolder("gpu-0", checkpoint.Holder{ClaimUID: "21111111-2222-3333-4444-555555555555", Claim: "default/ctr", Access: "exclusive"}))
+	prepared := prepare.NewPrepared(store)
+
+	off := &Options{}
+	require.Nil(t, off.passedThrough(node, prepared))
+	on := &Options{Passthrough: true}
+	skip := on.passedThrough(node, prepared)
+	for uuid, want := range map[string]bool{"GPU-a": false, "GPU-b": true, "GPU-c": false, "GPU-unknown": false} {
+		require.Equal(t, want, skip(uuid), uuid)
+	}
 }
