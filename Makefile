@@ -220,6 +220,7 @@ helm-lint: $(HELM) ## helm lint of the chart: defaults, each values-*.yaml, the 
 	$(HELM) lint --strict --quiet $(CHART) --set controller.certMode=secret,controller.certSecretName=tls
 	$(HELM) lint --strict --quiet $(CHART) --set controller.enabled=false
 	$(HELM) lint --strict --quiet $(CHART) --set compatibility=nvidia
+	$(HELM) lint --strict --quiet $(CHART) --set compatibility=nvidia,kubeletPlugin.passthrough=true,controller.enabled=false
 	$(HELM) lint --strict --quiet $(CHART) --set monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true,monitoring.grafanaDashboard.enabled=true
 	$(HELM) lint --strict --quiet $(CHART) --set kubeletPlugin.metrics.authentication=true,monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true
 	$(HELM) lint --strict --quiet $(CHART) --set 'kubeletPlugin.nodeGroups[0].name=shares,kubeletPlugin.nodeGroups[0].nodeSelector.gpudra\.io/plugin-profile=shares,kubeletPlugin.nodeGroups[0].mig=static,kubeletPlugin.nodeGroups[0].extraArgs={--gpu-sharing=consumable}'

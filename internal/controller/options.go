@@ -82,7 +82,11 @@ type Options struct {
 	// gpu.nvidia.com. Validate resolves both into names, once.
 	DriverName    string
 	Compatibility string
-	names         compat.Names
+	// Passthrough (--passthrough, chart kubeletPlugin.passthrough): keep the
+	// vfio DeviceClass and admit VfioDeviceConfig, as the plugins publish
+	// vfio devices.
+	Passthrough bool
+	names       compat.Names
 	// validated: Validate has succeeded, so Run does not resolve again.
 	validated bool
 }
@@ -137,6 +141,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Compatibility, "compatibility", "",
 		"nvidia: serve NVIDIA's DRA driver API (driver gpu.nvidia.com, classes gpu.nvidia.com and mig.nvidia.com, "+
 			"resource.nvidia.com/v1beta1 GpuConfig and MigDeviceConfig); empty for gpudra's own names.")
+	fs.BoolVar(&o.Passthrough, "passthrough", false,
+		"GPU passthrough is on in the kubelet plugins: keep the vfio DeviceClass (vfio.gpu.gpudra.io, vfio.gpu.nvidia.com in NVIDIA "+
+			"compatibility mode) and admit VfioDeviceConfig.")
 	fs.BoolVar(&o.ManageDeviceClasses, "manage-device-classes", true, "Keep the gpu.gpudra.io and mig.gpudra.io DeviceClasses (leader only).")
 	fs.BoolVar(&o.ComputeDomains, "compute-domains", true,
 		"Run the ComputeDomain controller (leader only): each ComputeDomain's channel ResourceClaimTemplate, IMEX daemon DaemonSet "+
@@ -189,7 +196,8 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s=%d: must be a port between 1 and 65535", p.flag, p.port))
 		}
 	}
-	if names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility, Driver: o.DriverName}); err != nil {
+	if names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility, Driver: o.DriverName,
+		Passthrough: o.Passthrough}); err != nil {
 		errs = append(errs, err)
 	} else {
 		o.names, o.DriverName = names, names.Driver

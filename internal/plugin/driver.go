@@ -172,7 +172,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		Names: o.names, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
 		LockDir: filepath.Join(o.PluginDataDir(), "locks"), MIG: mig.NewManager(gpus.Lib), TimeSlicer: slicer, MPS: mps,
 		ComputeMode: sharing.NVMLComputeMode{Lib: gpus.Lib},
-		OnMPSDaemon: events.mpsDaemon,
+		OnMPSDaemon: events.mpsDaemon, Passthrough: o.passthrough(gpus.Lib),
 	})
 	if err != nil {
 		return nil, err
@@ -182,7 +182,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		return nil, err
 	}
 	pub := &publisher{names: o.names}
-	hs, err := newHealthService(ctx, o, gpus, pub)
+	hs, err := newHealthService(ctx, o, gpus, pub, o.passedThrough(gpus.Node, manager.Prepared()))
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +222,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 	if o.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
 	}
+	opts = append(opts, o.metadataOptions()...)
 	helper, err := kubeletplugin.Start(ctx, driver, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("start kubelet plugin: %w", err)

@@ -52,7 +52,7 @@ type healthService struct {
 
 // newHealthService creates the monitor (probed once, not started) or
 // returns nil when monitoring is off.
-func newHealthService(ctx context.Context, o *Options, gpus *GPUNode, pub *publisher) (*healthService, error) {
+func newHealthService(ctx context.Context, o *Options, gpus *GPUNode, pub *publisher, passedThrough func(uuid string) bool) (*healthService, error) {
 	if !o.Health.Enabled {
 		return nil, nil
 	}
@@ -60,7 +60,8 @@ func newHealthService(ctx context.Context, o *Options, gpus *GPUNode, pub *publi
 	if err != nil {
 		return nil, fmt.Errorf("--health-ignored-xids: %w", err)
 	}
-	cfg := health.Config{Lib: gpus.Lib, IgnoredXIDs: ignored, ProbeInterval: o.Health.ProbeInterval, DegradedHold: o.Health.DegradedHold}
+	cfg := health.Config{Lib: gpus.Lib, IgnoredXIDs: ignored, ProbeInterval: o.Health.ProbeInterval, DegradedHold: o.Health.DegradedHold,
+		PassedThrough: passedThrough}
 	if err := o.persistHealth(&cfg); err != nil {
 		return nil, err
 	}

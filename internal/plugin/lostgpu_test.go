@@ -247,7 +247,7 @@ func TestHealthServiceGPUWithoutHandle(t *testing.T) {
 	require.NoError(t, srv.InjectXID(node.GPUs[3].UUID, 79))
 
 	o := &Options{Health: HealthOptions{Enabled: true, ProbeInterval: time.Hour, DegradedHold: time.Minute}}
-	hs, err := newHealthService(ctx, o, &GPUNode{Lib: srv, Node: node}, &publisher{})
+	hs, err := newHealthService(ctx, o, &GPUNode{Lib: srv, Node: node}, &publisher{}, nil)
 	require.NoError(t, err, "a lost GPU must not stop the plugin")
 	snap := hs.mon.Snapshot()
 	require.Equal(t, health.Unhealthy, snap.Health(node.GPUs[3].UUID))

@@ -60,10 +60,13 @@ type Options struct {
 	// ConsumableShares is --consumable-shares, parsed by Validate into shares.
 	GPUSharing       string
 	ConsumableShares string
-	shares           slice.ConsumableShares
-	NvidiaSMIPath    string
-	MPSControlPath   string
-	MPSRoot          string
+	// Passthrough is --passthrough: GPUs are also published as vfio devices
+	// (passthrough.go).
+	Passthrough    bool
+	shares         slice.ConsumableShares
+	NvidiaSMIPath  string
+	MPSControlPath string
+	MPSRoot        string
 	// MPSCheckInterval is how often the MPS daemons of prepared claims are
 	// checked (0: never; see superviseMPS).
 	MPSCheckInterval time.Duration
@@ -110,6 +113,7 @@ func (o *Options) addDiscoveryFlags(fs *pflag.FlagSet) {
 			"at the smallest distance: GPUs on two sub-NUMA clusters of one socket then match a matchAttribute on numaNode). list needs the "+
 			"DRAListTypeAttributes feature gate on the API server and the scheduler (alpha in Kubernetes 1.36 and 1.37).")
 	o.addGPUSharingFlag(fs)
+	o.addPassthroughFlag(fs)
 }
 
 // AddInspectFlags registers the flags the inspect command needs.
@@ -142,7 +146,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // resolveNames resolves --compatibility and --driver-name into the names
 // the plugin publishes and reads, and DriverName into the resolved name.
 func (o *Options) resolveNames() error {
-	names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility, Driver: o.DriverName, HealthTaints: o.Health.Taints})
+	names, err := compat.Resolve(compat.Flags{Compatibility: o.Compatibility, Driver: o.DriverName, HealthTaints: o.Health.Taints,
+		Passthrough: o.Passthrough})
 	if err != nil {
 		return err
 	}
@@ -192,6 +197,9 @@ func (o *Options) Validate() error {
 		return err
 	}
 	if err := o.validateSharing(mode); err != nil {
+		return err
+	}
+	if err := o.validatePassthrough(); err != nil {
 		return err
 	}
 	if err := o.validateMPSDaemon(); err != nil {

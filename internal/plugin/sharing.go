@@ -94,7 +94,7 @@ func (o *Options) validateSharing(migMode mig.Mode) error {
 
 func (o *Options) sliceOptions() slice.Options {
 	return slice.Options{MaxDevicesPerSlice: o.maxDevicesPerSlice(), ConsumableShares: o.shares,
-		NVIDIAAttributes: o.names.Mode == compat.NVIDIA, NUMAList: o.NUMANodeAttribute == slice.NUMAList}
+		NVIDIAAttributes: o.names.Mode == compat.NVIDIA, NUMAList: o.NUMANodeAttribute == slice.NUMAList, Passthrough: o.Passthrough}
 }
 
 // logSharing logs the node's sharing mode, and that --gpu-sharing is

@@ -26,6 +26,12 @@ const (
 	// such nodes: on a real host they do not exist until someone creates
 	// them; the least kind assumption is that nobody has.
 	IMEXChannelsMajor = 123
+	// VFIOMajor: dev/vfio/<group> (minor: the IOMMU group, as numbered in
+	// sys/kernel/iommu_groups) and dev/vfio/vfio (minor VFIOContainerMinor).
+	// Real kernels give vfio a dynamic major and the container node misc
+	// 10:196; here both share one local major.
+	VFIOMajor          = 124
+	VFIOContainerMinor = 255
 
 	// FabricIMEXMgmtMinor is the nvidia-caps minor of the driver's
 	// fabric-imex-mgmt capability (proc/driver/nvidia/capabilities/
@@ -125,8 +131,8 @@ func (w *writer) fabricIMEXMgmt(f *nodeFacts) {
 
 // procDevices is the root's proc/devices: the driver's character devices.
 func procDevices() []byte {
-	return fmt.Appendf(nil, "Character devices:\n%3d nvidia-frontend\n%3d nvidia-uvm\n%3d nvidia-caps\n%3d nvidia-caps-imex-channels\n\nBlock devices:\n",
-		FrontendMajor, UVMMajor, CapsMajor, IMEXChannelsMajor)
+	return fmt.Appendf(nil, "Character devices:\n%3d nvidia-frontend\n%3d nvidia-uvm\n%3d nvidia-caps\n%3d nvidia-caps-imex-channels\n%3d vfio\n\nBlock devices:\n",
+		FrontendMajor, UVMMajor, CapsMajor, IMEXChannelsMajor, VFIOMajor)
 }
 
 func capFile(minor int, mode os.FileMode) []byte {

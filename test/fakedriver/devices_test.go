@@ -30,6 +30,7 @@ func TestProcDevices(t *testing.T) {
 		{"nvidia-uvm", UVMMajor},
 		{"nvidia-caps", CapsMajor},
 		{"nvidia-caps-imex-channels", IMEXChannelsMajor},
+		{"vfio", VFIOMajor},
 	}
 	seen := map[int]string{}
 	for _, tc := range tests {

@@ -75,3 +75,12 @@ func readFacts(p *sim.Profile, node string) (*nodeFacts, error) {
 	}
 	return f, nil
 }
+
+// busIDs are the GPUs' PCI addresses in discovery order.
+func (f *nodeFacts) busIDs() []string {
+	out := make([]string, 0, len(f.GPUs))
+	for _, g := range f.GPUs {
+		out = append(out, g.BusID)
+	}
+	return out
+}

@@ -145,6 +145,7 @@ func Generate(opts Options) error {
 	w.deviceNodes(facts)
 	w.proc(facts)
 	w.sys(facts)
+	w.pciDrivers(facts.busIDs())
 	w.numa(facts.NUMA)
 	if w.err != nil {
 		return fmt.Errorf("generate fake driver root %s: %w", opts.Dir, w.err)

@@ -202,7 +202,10 @@ func TestGenerateBuiltinProfiles(t *testing.T) {
 			require.NoFileExists(t, filepath.Join(root, "dev/nvidia-caps-imex-channels"), "no IMEX channel nodes until someone creates them")
 			entries, err := os.ReadDir(filepath.Join(root, "dev"))
 			require.NoError(t, err)
-			require.Len(t, entries, len(gpus)+5, "nvidia<N> per GPU, nvidiactl, nvidia-modeset, nvidia-uvm, nvidia-uvm-tools, nvidia-caps/")
+			require.Len(t, entries, len(gpus)+6, "nvidia<N> per GPU, nvidiactl, nvidia-modeset, nvidia-uvm, nvidia-uvm-tools, nvidia-caps/, vfio/")
+			vfioNodes, err := os.ReadDir(filepath.Join(root, "dev/vfio"))
+			require.NoError(t, err)
+			require.Len(t, vfioNodes, len(gpus)+1, "an IOMMU group node per GPU and dev/vfio/vfio")
 		})
 	}
 }

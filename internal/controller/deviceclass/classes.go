@@ -73,13 +73,20 @@ func BaseClasses(extendedResourceName string) []*resourceapi.DeviceClass {
 }
 
 // BaseClassesFor is BaseClasses for the driver n: gpu.nvidia.com and
-// mig.nvidia.com in the NVIDIA compatibility mode.
+// mig.nvidia.com in the NVIDIA compatibility mode, and with passthrough
+// (n.VFIOClass) the class of vfio devices, vfio.gpu.gpudra.io or NVIDIA's
+// vfio.gpu.nvidia.com, which never carries the extended resource name: a
+// pod asking for nvidia.com/gpu wants a GPU for its containers.
 func BaseClassesFor(n compat.Names, extendedResourceName string) []*resourceapi.DeviceClass {
 	gpu := newClass(n.GPUClass, SelectorFor(n, "gpu"))
 	if extendedResourceName != "" {
 		gpu.Spec.ExtendedResourceName = ptr.To(extendedResourceName)
 	}
-	return []*resourceapi.DeviceClass{gpu, newClass(n.MIGClass, SelectorFor(n, "mig"))}
+	out := []*resourceapi.DeviceClass{gpu, newClass(n.MIGClass, SelectorFor(n, "mig"))}
+	if n.VFIOClass != "" {
+		out = append(out, newClass(n.VFIOClass, SelectorFor(n, "vfio")))
+	}
+	return out
 }
 
 // ModelClass returns the per-model class for productName.

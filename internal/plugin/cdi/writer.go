@@ -58,6 +58,11 @@ type ClaimDevice struct {
 	MIG *MIGInstance
 	// Mounts are extra mounts (e.g. the MPS pipe directory).
 	Mounts []*cdispec.Mount
+	// VFIO, when set, makes the device a passed-through GPU (bound to
+	// vfio-pci): its edits are these device nodes only (internal/plugin/vfio
+	// DeviceNodes), without the driver's nodes, libraries or environment,
+	// and GPU may be nil.
+	VFIO []*cdispec.DeviceNode
 }
 
 // identityEnv names a device to the container, so that it can list its
@@ -174,14 +179,25 @@ func (w *Writer) Spec(claimUID string, devices []ClaimDevice) (*cdispec.Spec, er
 	if err := model.ValidateUID(claimUID); err != nil {
 		return nil, err
 	}
-	common, err := w.edits.Common()
-	if err != nil {
-		return nil, err
+	spec := &cdispec.Spec{Kind: w.vendor + "/" + Class}
+	// A claim of passed-through GPUs only gets none of the driver's edits.
+	if slices.ContainsFunc(devices, func(d ClaimDevice) bool { return d.VFIO == nil }) {
+		common, err := w.edits.Common()
+		if err != nil {
+			return nil, err
+		}
+		spec.ContainerEdits = *common
 	}
-	spec := &cdispec.Spec{Kind: w.vendor + "/" + Class, ContainerEdits: *common}
 	for _, d := range devices {
 		if err := cdiparser.ValidateDeviceName(claimUID + "-" + d.DeviceName); err != nil {
 			return nil, fmt.Errorf("CDI spec of claim %s: device name %q: %w", claimUID, d.DeviceName, err)
+		}
+		if d.VFIO != nil {
+			spec.Devices = append(spec.Devices, cdispec.Device{
+				Name:           claimUID + "-" + d.DeviceName,
+				ContainerEdits: cdispec.ContainerEdits{DeviceNodes: d.VFIO},
+			})
+			continue
 		}
 		edits, err := w.edits.Device(d.GPU)
 		if err != nil {

@@ -148,6 +148,22 @@ type Device struct {
 	// MIG is set when the device is a MIG device; UUID is then the MIG
 	// device's UUID (empty until a dynamic one is created).
 	MIG *MIG `json:"mig,omitempty"`
+	// VFIO is set when the device is a GPU passed through to vfio-pci (the
+	// vfio device type); UUID is then the GPU's.
+	VFIO *VFIO `json:"vfio,omitempty"`
+}
+
+// VFIO is what unprepare and crash recovery need to give a passed-through
+// GPU back to the nvidia driver, and what its CDI spec and metadata say.
+type VFIO struct {
+	// Parent is the device name of the GPU, e.g. "gpu-0".
+	Parent string `json:"parent"`
+	// PCIBusID is the GPU's sysfs address, e.g. "0000:1b:00.0".
+	PCIBusID string `json:"pciBusID"`
+	// IOMMUGroup is the GPU's IOMMU group: /dev/vfio/<IOMMUGroup>.
+	IOMMUGroup int `json:"iommuGroup"`
+	// APIDevice: the container also gets /dev/vfio/vfio.
+	APIDevice bool `json:"apiDevice,omitempty"`
 }
 
 // MIG is what crash recovery needs to know about a MIG device: where it

@@ -32,6 +32,9 @@ type DeviceConfig struct {
 	// Config is the effective configuration: defaulted, valid and never
 	// nil. Each DeviceConfig has its own copy.
 	Config *v1alpha1.GpuClaimParameters
+	// VFIO is the effective VfioDeviceConfig of a vfio (passthrough)
+	// device: NVIDIA's defaults when none applies; nil for other devices.
+	VFIO *compat.VFIOConfig
 }
 
 // sources lists the configuration sources in the order they are applied, so
@@ -49,6 +52,7 @@ type decodedConfig struct {
 	// kind and forKind: see compat.Config.
 	kind    string
 	forKind compat.DeviceKind
+	vfio    *compat.VFIOConfig
 }
 
 // Resolve returns the devices of claim's allocation that belong to the driver
@@ -88,6 +92,7 @@ func Resolve(claim *resourceapi.ResourceClaim, names compat.Names, poolName stri
 			continue
 		}
 		var params *v1alpha1.GpuClaimParameters
+		var vfio *compat.VFIOConfig
 		// The last applicable configuration wins.
 		for j := len(configs) - 1; j >= 0; j-- {
 			c := configs[j]
@@ -108,7 +113,7 @@ func Resolve(claim *resourceapi.ResourceClaim, names compat.Names, poolName stri
 					"use %s for it", claimName(claim), c.kind, describeRequests(c.requests), result.Device, result.Request,
 					kindOf(result.Device), kindConfig(kindOf(result.Device)))
 			}
-			params = c.params
+			params, vfio = c.params, c.vfio
 			break
 		}
 		if params == nil {
@@ -116,7 +121,15 @@ func Resolve(claim *resourceapi.ResourceClaim, names compat.Names, poolName stri
 		} else {
 			params = params.DeepCopy()
 		}
-		out = append(out, DeviceConfig{Result: *result.DeepCopy(), Config: params})
+		dc := DeviceConfig{Result: *result.DeepCopy(), Config: params}
+		if kindOf(result.Device) == compat.VFIODevice {
+			dc.VFIO = &compat.VFIOConfig{}
+			if vfio != nil {
+				v := *vfio
+				dc.VFIO = &v
+			}
+		}
+		out = append(out, dc)
 	}
 	return out, nil
 }
@@ -143,7 +156,7 @@ func decodeConfigs(claim *resourceapi.ResourceClaim, names compat.Names) ([]deco
 				claimName(claim), configPath(i), c.Source, describeRequests(c.Requests), err)
 		}
 		ours = append(ours, decodedConfig{source: c.Source, requests: c.Requests, params: decoded.Params,
-			kind: decoded.Kind, forKind: decoded.For})
+			kind: decoded.Kind, forKind: decoded.For, vfio: decoded.VFIO})
 	}
 
 	ordered := make([]decodedConfig, 0, len(ours))
@@ -170,18 +183,25 @@ func decodeParameters(names compat.Names, opaque *resourceapi.OpaqueDeviceConfig
 	return names.Decode(raw)
 }
 
-// kindOf tells whole GPUs from MIG devices by their published name.
+// kindOf tells whole GPUs, MIG devices and vfio devices apart by their
+// published name.
 func kindOf(device string) compat.DeviceKind {
-	if model.IsMIGDeviceName(device) {
+	switch {
+	case model.IsMIGDeviceName(device):
 		return compat.MIGDevice
+	case model.IsVFIODeviceName(device):
+		return compat.VFIODevice
 	}
 	return compat.WholeGPU
 }
 
 // kindConfig names the NVIDIA configuration kind for a device kind.
 func kindConfig(k compat.DeviceKind) string {
-	if k == compat.MIGDevice {
+	switch k {
+	case compat.MIGDevice:
 		return compat.MigDeviceConfigKind
+	case compat.VFIODevice:
+		return compat.VfioDeviceConfigKind
 	}
 	return compat.GpuConfigKind
 }

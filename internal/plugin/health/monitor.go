@@ -72,6 +72,11 @@ type Config struct {
 	StateFile string
 	// BootID of the running boot: a state file of another boot is discarded.
 	BootID string
+	// PassedThrough reports a GPU (by UUID) that a claim has handed to a
+	// virtual machine (bound to vfio-pci): NVML no longer reaches it, which
+	// says nothing about its health, so it is not probed and keeps its
+	// conditions. Optional.
+	PassedThrough func(uuid string) bool
 	// now, for tests.
 	now func() time.Time
 }

@@ -23,6 +23,9 @@ func (m *Monitor) ProbeAll(ctx context.Context) {
 // wants and whether uncorrectable ECC errors were counted, and updates its
 // conditions.
 func (m *Monitor) probe(ctx context.Context, gpu GPU) {
+	if m.cfg.PassedThrough != nil && m.cfg.PassedThrough(gpu.UUID) {
+		return
+	}
 	logger := klog.FromContext(ctx)
 	dev := m.device(ctx, gpu)
 	if dev == nil {

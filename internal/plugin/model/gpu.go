@@ -3,7 +3,10 @@
 // profile) and of how it is published (ResourceSlice) or prepared (CDI).
 package model
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // GPU is one physical GPU of the node as discovered through NVML.
 type GPU struct {
@@ -96,3 +99,23 @@ type Node struct {
 func (g GPU) DeviceName() string { return deviceNamePrefix + strconv.Itoa(g.Minor) }
 
 const deviceNamePrefix = "gpu-"
+
+// vfioNamePrefix starts the names of passthrough devices, NVIDIA's form.
+const vfioNamePrefix = "gpu-vfio-"
+
+// VFIODeviceName is the name of the GPU's passthrough (vfio) device:
+// gpu-vfio-<minor>. NVIDIA's driver numbers them by PCI order instead, which
+// is the same on nodes whose minors follow the PCI order.
+func (g GPU) VFIODeviceName() string { return vfioNamePrefix + strconv.Itoa(g.Minor) }
+
+// PassthroughEligible says whether the GPU also gets a vfio device when
+// passthrough is on: a whole GPU (no MIG partitioning, MIG mode off) that
+// answered discovery. NVIDIA's driver likewise offers passthrough only for
+// GPUs without MIG devices.
+func (g GPU) PassthroughEligible() bool {
+	return g.Partitioning == WholeGPU && !g.MIGEnabled && g.Unreachable == ""
+}
+
+// IsVFIODeviceName reports whether a published device name is one of
+// VFIODeviceName's.
+func IsVFIODeviceName(name string) bool { return strings.HasPrefix(name, vfioNamePrefix) }

@@ -91,7 +91,14 @@ func (m *Manager) planDevice(c claimconfig.DeviceConfig) (checkpoint.Device, err
 	gpu, ok := m.gpus[c.Result.Device]
 	uuid := ""
 	var migRec *checkpoint.MIG
-	if ok && gpu.PublishesWhole() {
+	var vfioRec *checkpoint.VFIO
+	if v, isVFIO := m.vfios[c.Result.Device]; isVFIO {
+		var err error
+		if vfioRec, err = m.planVFIO(c, v); err != nil {
+			return checkpoint.Device{}, err
+		}
+		uuid = v.UUID
+	} else if ok && gpu.PublishesWhole() {
 		uuid = gpu.UUID
 	} else {
 		var err error
@@ -110,6 +117,7 @@ func (m *Manager) planDevice(c claimconfig.DeviceConfig) (checkpoint.Device, err
 		UUID:           uuid,
 		Config:         raw,
 		MIG:            migRec,
+		VFIO:           vfioRec,
 		AdminAccess:    admin,
 		ConsumedMemory: consumedMemory(c),
 	}

@@ -51,6 +51,10 @@ type env struct {
 	// mpsEvents collects what the managers report through OnMPSDaemon.
 	mpsMu     sync.Mutex
 	mpsEvents []MPSDaemonEvent
+	// names and pass, when set, replace the native names and turn
+	// passthrough on (vfio_test.go).
+	names *compat.Names
+	pass  *Passthrough
 }
 
 func newEnv(t testing.TB, gpus int) *env {
@@ -94,7 +98,11 @@ func (e *env) tryManager() (*Manager, RecoverReport, error) {
 	}
 	mps, err := sharing.NewMPSControl(sharing.MPSOptions{ControlPath: fakeMPSControl(e.t), Root: e.mpsRoot, Env: fakeToolEnv(e.t)})
 	require.NoError(e.t, err)
-	m, err := New(Config{Names: compat.Default(), PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir,
+	names := compat.Default()
+	if e.names != nil {
+		names = *e.names
+	}
+	m, err := New(Config{Names: names, Passthrough: e.pass, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir,
 		TimeSlicer: e.slicer, MPS: mps, OnMPSDaemon: e.recordMPS, ComputeMode: e.modes})
 	require.NoError(e.t, err)
 	rep, err := m.Recover(ctx(e.t))

@@ -63,6 +63,9 @@ type Config struct {
 	// daemon stopped answering and was started again (or could not be); it
 	// must not block. Optional.
 	OnMPSDaemon func(MPSDaemonEvent)
+	// Passthrough rebinds GPUs for their vfio devices; nil when passthrough
+	// (Names.Passthrough) is off.
+	Passthrough *Passthrough
 }
 
 const defaultCleanupTimeout = 2 * time.Minute
@@ -74,6 +77,7 @@ type Manager struct {
 	cfg   Config
 	gpus  map[string]*model.GPU // by device name; fixed at start
 	migs  map[string]migTarget  // published MIG devices by name; fixed at start
+	vfios map[string]*model.GPU // published vfio devices by name; fixed at start
 	locks *deviceLocks
 	// metrics is set by NewMetrics before serving; nil records nothing.
 	metrics *Metrics
@@ -91,6 +95,12 @@ func New(cfg Config) (*Manager, error) {
 	for i := range cfg.Node.GPUs {
 		g := &cfg.Node.GPUs[i]
 		m.gpus[g.DeviceName()] = g
+	}
+	if cfg.Names.Passthrough {
+		if cfg.Passthrough == nil || cfg.Passthrough.Sysfs == nil {
+			return nil, fmt.Errorf("passthrough is on but the prepare manager has no sysfs to rebind GPUs with")
+		}
+		m.vfios = indexVFIO(cfg.Node)
 	}
 	if len(m.migs) > 0 && cfg.MIG == nil {
 		return nil, fmt.Errorf("the node publishes MIG devices but the prepare manager has no MIG manager")
@@ -207,6 +217,9 @@ func (m *Manager) unprepare(ctx context.Context, uid string) error {
 		return err
 	}
 	t.done(PhaseSharing)
+	if err := m.unbindVFIO(ctx, rec); err != nil {
+		return err
+	}
 	if err := m.unprepareMIG(ctx, rec); err != nil {
 		return err
 	}

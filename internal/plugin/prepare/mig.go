@@ -91,10 +91,14 @@ func (m *Manager) migRecord(name string, adminAccess bool) (*checkpoint.MIG, str
 	return rec, "", nil
 }
 
-// lockName is the lock that guards a device: a MIG device's parent GPU.
+// lockName is the lock that guards a device: a MIG device's parent GPU, a
+// vfio device's GPU.
 func lockName(d checkpoint.Device) string {
-	if d.MIG != nil {
+	switch {
+	case d.MIG != nil:
 		return d.MIG.Parent
+	case d.VFIO != nil:
+		return d.VFIO.Parent
 	}
 	return d.Name
 }

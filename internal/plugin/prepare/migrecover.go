@@ -123,6 +123,10 @@ func (m *Manager) recreateMIG(ctx context.Context, w wanted) error {
 	if err != nil {
 		return err
 	}
-	_, err = m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(c))
+	devs, err := m.cdiDevices(c)
+	if err != nil {
+		return err
+	}
+	_, err = m.cfg.CDI.WriteClaim(rec.UID, devs)
 	return err
 }

@@ -112,7 +112,7 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		if _, err := m.ensureMPS(ctx, rec); err != nil {
 			return nil, err
 		}
-		return kubeletDevices(rec), nil
+		return m.kubeletDevices(rec), nil
 	}
 	if rec != nil {
 		// An earlier attempt was interrupted; if it named other devices, drop
@@ -129,6 +129,9 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		other, busy, err := m.conflict(d.Name, uid, d.access())
 		if err == nil && !busy {
 			other, busy, err = m.parentConflict(d, uid)
+		}
+		if err == nil && !busy {
+			other, busy, err = m.siblingConflict(d, uid)
 		}
 		if err != nil {
 			return nil, err
@@ -171,7 +174,17 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		return nil, err
 	}
 	t.done(PhaseSharing)
-	ids, err := m.cfg.CDI.WriteClaim(uid, m.cdiDevices(c))
+	// Passthrough last before the spec: the GPU leaves the nvidia driver.
+	if err := m.bindVFIO(ctx, rec); err != nil {
+		m.rollback(ctx, rec)
+		return nil, err
+	}
+	devs, err := m.cdiDevices(c)
+	if err != nil {
+		m.rollback(ctx, rec)
+		return nil, err
+	}
+	ids, err := m.cfg.CDI.WriteClaim(uid, devs)
 	if err != nil {
 		m.rollback(ctx, rec)
 		return nil, tag(errCDI, err)
@@ -188,7 +201,7 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 	t.done(PhaseRecordCompleted)
 	after(phaseCompleted)
 	logger.V(3).Info("Prepared claim", "claim", ref, "devices", names)
-	return kubeletDevices(rec), nil
+	return m.kubeletDevices(rec), nil
 }
 
 // ensureSpec writes the CDI spec of a completed claim again if it is
@@ -202,7 +215,11 @@ func (m *Manager) ensureSpec(rec *checkpoint.ClaimRecord) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, err := m.cfg.CDI.WriteClaim(rec.UID, m.cdiDevices(c)); err != nil {
+	devs, err := m.cdiDevices(c)
+	if err != nil {
+		return false, err
+	}
+	if _, err := m.cfg.CDI.WriteClaim(rec.UID, devs); err != nil {
 		return false, tag(errCDI, err)
 	}
 	return true, nil
@@ -210,11 +227,19 @@ func (m *Manager) ensureSpec(rec *checkpoint.ClaimRecord) (bool, error) {
 
 // cdiDevices lists, per device, the GPUs of the same request(s) (the
 // device ordinals of the MPS memory limits).
-func (m *Manager) cdiDevices(c *claimState) []cdi.ClaimDevice {
+func (m *Manager) cdiDevices(c *claimState) ([]cdi.ClaimDevice, error) {
 	byRequest := c.uuidsByRequest()
 	mps := mpsDaemon(c.rec.MPS)
 	out := make([]cdi.ClaimDevice, 0, len(c.devices))
 	for _, d := range c.devices {
+		if d.VFIO != nil {
+			cd, err := m.vfioClaimDevice(d)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, cd)
+			continue
+		}
 		out = append(out, withSharingEdits(cdi.ClaimDevice{
 			DeviceName:   d.Name,
 			GPU:          m.gpuOf(*d.Device),
@@ -223,7 +248,7 @@ func (m *Manager) cdiDevices(c *claimState) []cdi.ClaimDevice {
 			Env:          sharingEnv(d.config),
 		}, d.UUID, mps))
 	}
-	return out
+	return out, nil
 }
 
 // sharingEnv tells the workload how its GPU is shared.
@@ -255,6 +280,10 @@ func (m *Manager) rollback(ctx context.Context, rec *checkpoint.ClaimRecord) {
 		return
 	}
 	failpoint.Inject(failpoint.RollbackSharingReleased)
+	if err := m.unbindVFIO(ctx, rec); err != nil {
+		logger.Error(err, "Rollback: giving passed-through GPUs back to nvidia failed; it will be retried at restart", "claimUID", rec.UID)
+		return
+	}
 	if err := m.teardownMIG(ctx, rec); err != nil {
 		logger.Error(err, "Rollback: destroying MIG devices failed; they will be destroyed at restart", "claimUID", rec.UID)
 		return

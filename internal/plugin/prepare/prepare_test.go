@@ -276,7 +276,9 @@ func TestRecoverCleansStaleAndOrphans(t *testing.T) {
 	require.NoError(t, err)
 	// A spec without any record, e.g. left by a crash between the spec write
 	// and a checkpoint write that never reached the disk.
-	_, err = m.cfg.CDI.WriteClaim(uidB, m.cdiDevices(newClaimState(&checkpoint.ClaimRecord{Devices: []checkpoint.Device{{Name: "gpu-1", UUID: e.node.GPUs[1].UUID, Requests: []string{"gpu"}}}}, nil)))
+	devs, err := m.cdiDevices(newClaimState(&checkpoint.ClaimRecord{Devices: []checkpoint.Device{{Name: "gpu-1", UUID: e.node.GPUs[1].UUID, Requests: []string{"gpu"}}}}, nil))
+	require.NoError(t, err)
+	_, err = m.cfg.CDI.WriteClaim(uidB, devs)
 	require.NoError(t, err)
 
 	e.bootID = "boot-2" // the node rebooted

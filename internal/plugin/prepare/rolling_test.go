@@ -148,8 +148,10 @@ func TestOrphanCleanupSparesAConcurrentPrepare(t *testing.T) {
 	e := newEnv(t, 1)
 	m1, _ := e.manager()
 	// A spec without a record, as a crash can leave.
-	_, err := m1.cfg.CDI.WriteClaim(uidA, m1.cdiDevices(newClaimState(&checkpoint.ClaimRecord{Devices: []checkpoint.Device{{Name: "gpu-0",
-		UUID: e.node.GPUs[0].UUID, Requests: []string{"gpu"}}}}, nil)))
+	devs, err := m1.cdiDevices(newClaimState(&checkpoint.ClaimRecord{Devices: []checkpoint.Device{{Name: "gpu-0",
+		UUID: e.node.GPUs[0].UUID, Requests: []string{"gpu"}}}}, nil))
+	require.NoError(t, err)
+	_, err = m1.cfg.CDI.WriteClaim(uidA, devs)
 	require.NoError(t, err)
 	prepared := prepareDuringSpecRemoval(t, m1, gpuClaim(uidA, "a", "gpu-0"))
 	_, rep := e.manager()

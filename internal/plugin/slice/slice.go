@@ -75,6 +75,8 @@ type Options struct {
 	NVIDIAAttributes bool
 	// NUMAList publishes numaNode in its list form (WithNUMAList).
 	NUMAList bool
+	// Passthrough adds each eligible GPU's vfio device (WithPassthrough).
+	Passthrough bool
 }
 
 // Devices converts every GPU of the node into ResourceSlice devices: the
@@ -139,7 +141,13 @@ func Resources(poolName string, node *model.Node, opts Options) (resourceslice.D
 	if opts.NUMAList {
 		WithNUMAList(node, devices)
 	}
-	return PackWithCounters(poolName, devices, counterSets(node), opts), nil
+	counters := counterSets(node)
+	if opts.Passthrough {
+		var vfio []resourceapi.CounterSet
+		devices, vfio = WithPassthrough(node, devices)
+		counters = append(counters, vfio...)
+	}
+	return PackWithCounters(poolName, devices, counters, opts), nil
 }
 
 // Pack splits devices into slices of one pool.

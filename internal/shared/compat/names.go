@@ -49,6 +49,10 @@ type Flags struct {
 	// HealthTaints is the kubelet plugin's --health-taints: empty for the
 	// mode's schema, TaintsNVIDIA or TaintsGpudra.
 	HealthTaints string
+	// Passthrough is --passthrough of the kubelet plugin and the controller
+	// (chart kubeletPlugin.passthrough): GPUs are also published as vfio
+	// devices, the vfio DeviceClass exists and VfioDeviceConfig is read.
+	Passthrough bool
 }
 
 // The schemas of the health taints (Names.HealthTaints).
@@ -87,6 +91,30 @@ type Names struct {
 	// HealthTaints is the schema of the published health taints:
 	// TaintsNVIDIA or TaintsGpudra.
 	HealthTaints string
+	// Passthrough says whether GPU passthrough (the vfio device type) is on.
+	Passthrough bool
+	// VFIOClass names the DeviceClass of vfio devices; empty when
+	// Passthrough is off.
+	VFIOClass string
+}
+
+// The vfio DeviceClass of each mode (Names.VFIOClass).
+const (
+	NativeVFIOClass = "vfio.gpu.gpudra.io"
+	NVIDIAVFIOClass = "vfio.gpu.nvidia.com"
+)
+
+// withPassthrough sets the passthrough names of n from f.
+func (n Names) withPassthrough(f Flags) Names {
+	n.Passthrough = f.Passthrough
+	if !f.Passthrough {
+		return n
+	}
+	n.VFIOClass = NativeVFIOClass
+	if n.Mode == NVIDIA {
+		n.VFIOClass = NVIDIAVFIOClass
+	}
+	return n
 }
 
 // Resolve returns the names that the flags select. It is the only way from
@@ -133,14 +161,14 @@ func Resolve(f Flags) (Names, error) {
 				"or %q (gpudra's, which evict running work from a GPU that became unusable)", f.HealthTaints, TaintsNVIDIA, TaintsGpudra)
 		}
 		return Names{Mode: NVIDIA, Driver: driver, GPUClass: "gpu.nvidia.com", MIGClass: "mig.nvidia.com",
-			CDIVendor: "k8s." + driver, HealthTaints: taints}, nil
+			CDIVendor: "k8s." + driver, HealthTaints: taints}.withPassthrough(f), nil
 	}
 	if taints != "" && taints != TaintsGpudra {
 		return Names{}, fmt.Errorf("--health-taints=%q needs --compatibility=%s: natively the taints are gpudra's (%q); drop --health-taints",
 			f.HealthTaints, NVIDIA, TaintsGpudra)
 	}
 	return Names{Mode: Native, Driver: driver, GPUClass: "gpu.gpudra.io", MIGClass: "mig.gpudra.io",
-		CDIVendor: "k8s." + driver, HealthTaints: TaintsGpudra}, nil
+		CDIVendor: "k8s." + driver, HealthTaints: TaintsGpudra}.withPassthrough(f), nil
 }
 
 // MustResolve is Resolve for flags written in the code (defaults, tests);

@@ -32,8 +32,6 @@ const (
 // unsupportedKinds are kinds of NVIDIA's API that gpudra does not implement,
 // with what to do instead.
 var unsupportedKinds = map[string]string{
-	"VfioDeviceConfig": "GPU passthrough to virtual machines (VFIO) is not supported by gpudra; " +
-		"run such workloads with NVIDIA's driver",
 	"ComputeDomainChannelConfig": "gpudra does not serve the IMEX channels of ComputeDomains yet (it has the ComputeDomain API only; " +
 		"see docs/computedomains.md)",
 	"ComputeDomainDaemonConfig": "gpudra does not run the IMEX daemons of ComputeDomains yet (it has the ComputeDomain API only; " +
@@ -99,6 +97,9 @@ type Config struct {
 	For DeviceKind
 	// Params are the equivalent, defaulted and valid GpuClaimParameters.
 	Params *v1alpha1.GpuClaimParameters
+	// VFIO is a VfioDeviceConfig's request (For is VFIODevice); nil for
+	// every other kind.
+	VFIO *VFIOConfig
 }
 
 // ConfigError is the error for an NVIDIA-format configuration that cannot be
@@ -192,6 +193,8 @@ func (n Names) Decode(raw []byte) (*Config, error) {
 			return nil, &ConfigError{Kind: tm.Kind, Errs: errs}
 		}
 		return &Config{Kind: tm.Kind, For: MIGDevice, Params: p}, nil
+	case VfioDeviceConfigKind:
+		return n.decodeVfio(data)
 	}
 	if why, ok := unsupportedKinds[tm.Kind]; ok {
 		return nil, &ConfigError{Kind: tm.Kind, Err: fmt.Errorf("kind %s is not supported: %s", tm.Kind, why)}

@@ -57,6 +57,19 @@ compares them): "driver", "channelClass", "daemonClass" or "label".
 {{- if eq (include "gpudra.compatibility" $ctx) "nvidia" -}}{{ $type }}.nvidia.com{{- else -}}{{ $type }}.gpudra.io{{- end -}}
 {{- end -}}
 
+{{/*
+"true" when any kubelet plugin DaemonSet passes GPUs through
+(kubeletPlugin.passthrough, or a node group's): the controller then keeps
+the vfio DeviceClass and admits VfioDeviceConfig.
+*/}}
+{{- define "gpudra.passthrough" -}}
+{{- $on := .Values.kubeletPlugin.passthrough -}}
+{{- range .Values.kubeletPlugin.nodeGroups -}}
+{{- if hasKey . "passthrough" -}}{{- if .passthrough -}}{{- $on = true -}}{{- end -}}{{- end -}}
+{{- end -}}
+{{- if $on -}}true{{- end -}}
+{{- end -}}
+
 {{- define "gpudra.pluginName" -}}{{ include "gpudra.fullname" . }}-kubelet-plugin{{- end -}}
 {{/*
 "true" when the plugin serves /metrics over HTTPS behind TokenReview and

@@ -84,6 +84,12 @@ spec:
         {{- with $p.consumableShares | default $root.Values.consumableShares | toString }}
         - --consumable-shares={{ . }}
         {{- end }}
+        {{- if $p.passthrough }}
+        {{- if not $p.privileged }}
+        {{- fail "kubeletPlugin.passthrough needs kubeletPlugin.privileged: the plugin writes the GPUs' driver_override, bind and unbind in sysfs" }}
+        {{- end }}
+        - --passthrough
+        {{- end }}
         # NVML and the driver's files are read at /driver-root (the mount
         # below); CDI specs name them as the host sees them.
         - --nvidia-driver-root=/driver-root

@@ -1,0 +1,162 @@
+package prepare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/api/v1alpha1"
+	"github.com/gpudra/gpudra/internal/plugin/cdi"
+	"github.com/gpudra/gpudra/internal/plugin/checkpoint"
+	"github.com/gpudra/gpudra/internal/plugin/claimconfig"
+	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/plugin/slice"
+	"github.com/gpudra/gpudra/internal/plugin/vfio"
+)
+
+// Passthrough is what the Manager needs to pass GPUs through to virtual
+// machines (Config.Passthrough; nil when passthrough is off).
+type Passthrough struct {
+	// Sysfs rebinds GPUs: vfio.HostSysfs on a node, a simulated kernel in
+	// tests.
+	Sysfs vfio.Sysfs
+	// Dev and HostDev are the roots of /dev/vfio as this process and as the
+	// host see them (nvmllib.Roots.Dev and HostDev).
+	Dev, HostDev string
+	// InUse names the processes that use a GPU (by UUID); "" when none
+	// does. A GPU in use is not taken from the nvidia driver. Optional.
+	InUse func(uuid string) (string, error)
+	// Metadata returns device metadata (KEP-5304) for vfio devices.
+	Metadata bool
+}
+
+// indexVFIO maps the names of the node's vfio devices to their GPUs.
+func indexVFIO(node *model.Node) map[string]*model.GPU {
+	out := map[string]*model.GPU{}
+	for i := range node.GPUs {
+		if g := &node.GPUs[i]; g.PassthroughEligible() {
+			out[g.VFIODeviceName()] = g
+		}
+	}
+	return out
+}
+
+// planVFIO is the VFIO record of a vfio device. The IOMMU group is read now:
+// without one (IOMMU off) the claim fails before anything changes.
+func (m *Manager) planVFIO(c claimconfig.DeviceConfig, gpu *model.GPU) (*checkpoint.VFIO, error) {
+	if m.cfg.Passthrough == nil || m.cfg.Passthrough.Sysfs == nil {
+		return nil, fmt.Errorf("device %s is a passthrough device, but passthrough is off on this node's plugin", c.Result.Device)
+	}
+	if c.Config != nil && c.Config.Sharing != nil && c.Config.Sharing.Strategy != v1alpha1.ExclusiveStrategy {
+		return nil, fmt.Errorf("device %s is passed through to a virtual machine and cannot be shared: remove the sharing configuration", c.Result.Device)
+	}
+	group, err := m.cfg.Passthrough.Sysfs.IOMMUGroup(gpu.PCIBusID)
+	if err != nil {
+		return nil, fmt.Errorf("device %s: %w", c.Result.Device, err)
+	}
+	rec := &checkpoint.VFIO{Parent: gpu.DeviceName(), PCIBusID: gpu.PCIBusID, IOMMUGroup: group}
+	if c.VFIO != nil {
+		rec.APIDevice = c.VFIO.APIDevice
+	}
+	return rec, nil
+}
+
+// siblingConflict: a vfio device conflicts with whoever holds its GPU's
+// device, and a GPU's device with whoever holds its vfio device.
+func (m *Manager) siblingConflict(d device, uid string) (checkpoint.Holder, bool, error) {
+	switch {
+	case d.VFIO != nil:
+		return m.conflict(d.VFIO.Parent, uid, d.access())
+	case d.MIG == nil:
+		if g := m.gpus[d.Name]; g != nil && m.vfios[g.VFIODeviceName()] != nil {
+			return m.conflict(g.VFIODeviceName(), uid, d.access())
+		}
+	}
+	return checkpoint.Holder{}, false, nil
+}
+
+// bindVFIO moves the claim's passed-through GPUs to vfio-pci. The caller
+// holds the locks and has recorded the claim as PrepareStarted with each
+// device's VFIO entry, so a crash half-way is undone by Recover.
+func (m *Manager) bindVFIO(ctx context.Context, rec *checkpoint.ClaimRecord) error {
+	for _, d := range rec.Devices {
+		if d.VFIO == nil {
+			continue
+		}
+		check := func() error {
+			if g := m.gpuOf(d); g != nil && g.MIGEnabled {
+				return errors.New("MIG mode is on")
+			}
+			if m.cfg.Passthrough.InUse == nil {
+				return nil
+			}
+			users, err := m.cfg.Passthrough.InUse(d.UUID)
+			if err != nil {
+				return fmt.Errorf("cannot tell whether it is in use: %w", err)
+			}
+			if users != "" {
+				return fmt.Errorf("it is in use by %s", users)
+			}
+			return nil
+		}
+		if err := vfio.ToVFIO(m.cfg.Passthrough.Sysfs, d.VFIO.PCIBusID, check); err != nil {
+			return fmt.Errorf("device %s: %w", d.Name, err)
+		}
+		klog.FromContext(ctx).V(3).Info("GPU bound to vfio-pci", "device", d.Name, "pciBusID", d.VFIO.PCIBusID, "iommuGroup", d.VFIO.IOMMUGroup)
+	}
+	return nil
+}
+
+// unbindVFIO gives the claim's passed-through GPUs back to nvidia; a GPU
+// already there is left alone, so it is safe at any point of a rollback.
+func (m *Manager) unbindVFIO(ctx context.Context, rec *checkpoint.ClaimRecord) error {
+	for _, d := range rec.Devices {
+		if d.VFIO == nil {
+			continue
+		}
+		if m.cfg.Passthrough == nil || m.cfg.Passthrough.Sysfs == nil {
+			return fmt.Errorf("device %s of the claim is passed through, but passthrough is off on this plugin: "+
+				"turn it on again to give GPU %s back to the nvidia driver", d.Name, d.VFIO.PCIBusID)
+		}
+		if err := vfio.ToNVIDIA(m.cfg.Passthrough.Sysfs, d.VFIO.PCIBusID); err != nil {
+			return fmt.Errorf("device %s: %w", d.Name, err)
+		}
+		klog.FromContext(ctx).V(3).Info("GPU given back to nvidia", "device", d.Name, "pciBusID", d.VFIO.PCIBusID)
+	}
+	return nil
+}
+
+// vfioClaimDevice is the CDI device of a passed-through GPU.
+func (m *Manager) vfioClaimDevice(d device) (cdi.ClaimDevice, error) {
+	if m.cfg.Passthrough == nil {
+		return cdi.ClaimDevice{}, fmt.Errorf("device %s is passed through, but passthrough is off on this plugin", d.Name)
+	}
+	nodes, err := vfio.DeviceNodes(m.cfg.Passthrough.Dev, m.cfg.Passthrough.HostDev, d.VFIO.IOMMUGroup, d.VFIO.APIDevice)
+	if err != nil {
+		return cdi.ClaimDevice{}, fmt.Errorf("device %s: %w", d.Name, err)
+	}
+	return cdi.ClaimDevice{DeviceName: d.Name, VFIO: nodes}, nil
+}
+
+// kubeletDevices are the devices of a prepared claim for the kubelet, with
+// the metadata of passed-through GPUs when asked for.
+func (m *Manager) kubeletDevices(rec *checkpoint.ClaimRecord) []kubeletplugin.Device {
+	out := kubeletDevices(rec)
+	if m.cfg.Passthrough == nil || !m.cfg.Passthrough.Metadata {
+		return out
+	}
+	for i, d := range rec.Devices {
+		if d.VFIO == nil {
+			continue
+		}
+		product := ""
+		if g := m.gpuOf(d); g != nil {
+			product = g.ProductName
+		}
+		out[i].Metadata = vfio.Metadata(d.VFIO.PCIBusID, d.VFIO.IOMMUGroup, slice.DeviceTypeVFIO, d.UUID, product)
+	}
+	return out
+}

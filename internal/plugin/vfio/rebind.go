@@ -1,0 +1,114 @@
+package vfio
+
+import (
+	"fmt"
+)
+
+// ToVFIO binds the GPU at addr to vfio-pci: driver_override names vfio-pci
+// (so that no other driver, nvidia included, can claim the device while it is
+// unbound), the device is unbound from nvidia, then bound to vfio-pci.
+//
+// Every step reads the device's state first, so ToVFIO converges from any
+// point a crash can leave it at (override written, device unbound, bound):
+// running it again finishes the move, and a device already on vfio-pci is
+// left alone. check runs while the device is still on nvidia, before
+// anything is changed; its error refuses the move (the GPU is in use, MIG is
+// on). A device bound to any other driver is refused.
+func ToVFIO(sys Sysfs, addr string, check func() error) error {
+	driver, err := sys.Driver(addr)
+	if err != nil {
+		return err
+	}
+	switch driver {
+	case DriverVFIO:
+		return nil
+	case DriverNVIDIA:
+		if check != nil {
+			if err := check(); err != nil {
+				return fmt.Errorf("GPU %s cannot be passed through: %w", addr, err)
+			}
+		}
+	case "":
+	default:
+		return fmt.Errorf("GPU %s is bound to driver %q, not %s or %s: not touching it", addr, driver, DriverNVIDIA, DriverVFIO)
+	}
+	if err := ensureOverride(sys, addr, DriverVFIO); err != nil {
+		return err
+	}
+	if driver == DriverNVIDIA {
+		if err := sys.Unbind(addr, DriverNVIDIA); err != nil {
+			// Still on nvidia: take the override back (best effort), so
+			// that a later probe does not hand the GPU to vfio-pci.
+			_ = sys.SetOverride(addr, "")
+			return fmt.Errorf("unbind GPU %s from %s (is a process still using it?): %w", addr, DriverNVIDIA, err)
+		}
+	}
+	if err := sys.Bind(addr, DriverVFIO); err != nil {
+		return fmt.Errorf("bind GPU %s to %s (is the vfio-pci module loaded?): %w", addr, DriverVFIO, err)
+	}
+	return verify(sys, addr, DriverVFIO)
+}
+
+// ToNVIDIA gives the GPU at addr back to the nvidia driver: driver_override
+// is cleared, the device is unbound from vfio-pci and bound to nvidia. Like
+// ToVFIO it converges from any intermediate state; a device already on
+// nvidia only gets a stale override cleared. A device bound to any other
+// driver is refused.
+func ToNVIDIA(sys Sysfs, addr string) error {
+	driver, err := sys.Driver(addr)
+	if err != nil {
+		return err
+	}
+	switch driver {
+	case DriverNVIDIA, DriverVFIO, "":
+	default:
+		return fmt.Errorf("GPU %s is bound to driver %q, not %s or %s: not touching it", addr, driver, DriverVFIO, DriverNVIDIA)
+	}
+	if err := ensureOverride(sys, addr, ""); err != nil {
+		return err
+	}
+	switch driver {
+	case DriverNVIDIA:
+		return nil
+	case DriverVFIO:
+		if err := sys.Unbind(addr, DriverVFIO); err != nil {
+			return fmt.Errorf("unbind GPU %s from %s (is a virtual machine still using it?): %w", addr, DriverVFIO, err)
+		}
+	}
+	if err := sys.Bind(addr, DriverNVIDIA); err != nil {
+		return fmt.Errorf("bind GPU %s to %s: %w", addr, DriverNVIDIA, err)
+	}
+	return verify(sys, addr, DriverNVIDIA)
+}
+
+// ensureOverride writes driver_override unless it already says want.
+func ensureOverride(sys Sysfs, addr, want string) error {
+	got, err := sys.Override(addr)
+	if err != nil {
+		return err
+	}
+	if got == want {
+		return nil
+	}
+	if err := sys.SetOverride(addr, want); err != nil {
+		what := "set driver_override of GPU " + addr + " to " + want
+		if want == "" {
+			what = "clear driver_override of GPU " + addr
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// verify reads the driver back: a bind that the kernel accepted but that did
+// not probe the device leaves it without one.
+func verify(sys Sysfs, addr, want string) error {
+	got, err := sys.Driver(addr)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("GPU %s: bound to %q after binding it to %s", addr, got, want)
+	}
+	return nil
+}
