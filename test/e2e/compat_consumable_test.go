@@ -95,6 +95,18 @@ func TestNVIDIAConsumableShares(t *testing.T) {
 // node (kubernetes.io/hostname), so that they find only its GPU.
 func pinnedTo(t *testing.T, manifest, node string) string {
 	t.Helper()
+	return editManifest(t, manifest, func(obj map[string]any) {
+		if obj["kind"] == "Deployment" {
+			podSpec := obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+			podSpec["nodeSelector"] = map[string]any{"kubernetes.io/hostname": node}
+		}
+	})
+}
+
+// editManifest decodes each object of a multi-document manifest, lets edit
+// change it, and encodes them again.
+func editManifest(t *testing.T, manifest string, edit func(obj map[string]any)) string {
+	t.Helper()
 	var out []byte
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
 	for {
@@ -107,10 +119,7 @@ func pinnedTo(t *testing.T, manifest, node string) string {
 		if len(obj) == 0 {
 			continue
 		}
-		if obj["kind"] == "Deployment" {
-			podSpec := obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-			podSpec["nodeSelector"] = map[string]any{"kubernetes.io/hostname": node}
-		}
+		edit(obj)
 		b, err := yaml.Marshal(obj)
 		if err != nil {
 			t.Fatal(err)

@@ -4,15 +4,10 @@ package e2e
 
 import (
 	"context"
-	"errors"
-	"io"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/internal/shared/compat"
 )
@@ -86,43 +81,28 @@ func testNVIDIAComputeDomains(t *testing.T) {
 // other GPU models and cliques that a real job's affinity would exclude).
 func pinnedToNodes(t *testing.T, manifest string, nodes map[string][]string) string {
 	t.Helper()
-	var out []byte
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
-	for {
-		obj := map[string]any{}
-		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("manifest: %v", err)
-		}
-		if len(obj) == 0 {
-			continue
-		}
+	return editManifest(t, manifest, func(obj map[string]any) {
 		name, _ := obj["metadata"].(map[string]any)["name"].(string)
-		if on, ok := nodes[name]; ok {
-			var podSpec map[string]any
-			switch obj["kind"] {
-			case "Pod":
-				podSpec = obj["spec"].(map[string]any)
-			case "Deployment":
-				podSpec = obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-			}
-			if podSpec != nil {
-				affinity, _ := podSpec["affinity"].(map[string]any)
-				if affinity == nil {
-					affinity = map[string]any{}
-				}
-				affinity["nodeAffinity"] = map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
-					"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{
-						"key": "kubernetes.io/hostname", "operator": "In", "values": slices.Clone(on)}}}}}}
-				podSpec["affinity"] = affinity
-			}
+		on, ok := nodes[name]
+		if !ok {
+			return
 		}
-		b, err := yaml.Marshal(obj)
-		if err != nil {
-			t.Fatal(err)
+		var podSpec map[string]any
+		switch obj["kind"] {
+		case "Pod":
+			podSpec = obj["spec"].(map[string]any)
+		case "Deployment":
+			podSpec = obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		default:
+			return
 		}
-		out = append(append(out, "---\n"...), b...)
-	}
-	return string(out)
+		affinity, _ := podSpec["affinity"].(map[string]any)
+		if affinity == nil {
+			affinity = map[string]any{}
+		}
+		affinity["nodeAffinity"] = map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{
+				"key": "kubernetes.io/hostname", "operator": "In", "values": slices.Clone(on)}}}}}}
+		podSpec["affinity"] = affinity
+	})
 }
