@@ -40,27 +40,39 @@ func TestChartConsumableShares(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := map[string]string{}
-			for _, o := range chart.OfKind(chart.Render(t, "--set", tc.set), "DaemonSet") {
-				ds := &appsv1.DaemonSet{}
-				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o, ds))
-				name, ok := strings.CutPrefix(ds.Name, "gpudra-kubelet-plugin")
-				if !ok {
-					continue
-				}
-				opts := &Options{}
-				fs := pflag.NewFlagSet("plugin", pflag.ContinueOnError)
-				opts.AddFlags(fs)
-				// --v is the logging flag the command adds (cmdmain), not an option.
-				args := slices.DeleteFunc(slices.Clone(ds.Spec.Template.Spec.Containers[0].Args),
-					func(a string) bool { return strings.HasPrefix(a, "--v=") })
-				// The downward API sets these through the environment (EnvVars).
-				require.NoError(t, fs.Parse(append(args, "--node-name=n", "--mps-daemon-namespace=gpudra-system")))
-				require.NoError(t, opts.Validate())
+			for name, opts := range chartPluginOptions(t, chart.Render(t, "--set", tc.set)) {
 				got[name] = opts.shares.String()
 			}
 			require.Equal(t, tc.want, got)
 		})
 	}
+}
+
+// chartPluginOptions parses the args of each plugin DaemonSet the chart
+// renders into validated Options, keyed by the DaemonSet's name after
+// gpudra-kubelet-plugin ("" for the default one, "-<group>" for a node group).
+func chartPluginOptions(t *testing.T, objs []chart.Object) map[string]*Options {
+	t.Helper()
+	out := map[string]*Options{}
+	for _, o := range chart.OfKind(objs, "DaemonSet") {
+		ds := &appsv1.DaemonSet{}
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o, ds))
+		name, ok := strings.CutPrefix(ds.Name, "gpudra-kubelet-plugin")
+		if !ok {
+			continue
+		}
+		opts := &Options{}
+		fs := pflag.NewFlagSet("plugin", pflag.ContinueOnError)
+		opts.AddFlags(fs)
+		// --v is the logging flag the command adds (cmdmain), not an option.
+		args := slices.DeleteFunc(slices.Clone(ds.Spec.Template.Spec.Containers[0].Args),
+			func(a string) bool { return strings.HasPrefix(a, "--v=") })
+		// The downward API sets these through the environment (EnvVars).
+		require.NoError(t, fs.Parse(append(args, "--node-name=n", "--mps-daemon-namespace=gpudra-system")))
+		require.NoError(t, opts.Validate())
+		out[name] = opts
+	}
+	return out
 }
 
 // Two values for the one setting that disagree fail the install.

@@ -4,10 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
-	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -77,20 +75,10 @@ func TestChartPassthrough(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			for _, o := range chart.OfKind(objs, "DaemonSet") {
-				ds := &appsv1.DaemonSet{}
-				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o, ds))
-				if !strings.HasPrefix(ds.Name, "gpudra-kubelet-plugin") {
-					continue
-				}
-				opts := &Options{}
-				fs := pflag.NewFlagSet("plugin", pflag.ContinueOnError)
-				opts.AddFlags(fs)
-				args := slices.DeleteFunc(slices.Clone(ds.Spec.Template.Spec.Containers[0].Args),
-					func(a string) bool { return strings.HasPrefix(a, "--v=") })
-				require.NoError(t, fs.Parse(append(args, "--node-name=n", "--mps-daemon-namespace=gpudra-system")))
-				require.NoError(t, opts.Validate())
-				require.Equal(t, tc.wantPlugin, opts.Passthrough, ds.Name)
+			plugins := chartPluginOptions(t, objs)
+			require.NotEmpty(t, plugins)
+			for name, opts := range plugins {
+				require.Equal(t, tc.wantPlugin, opts.Passthrough, "gpudra-kubelet-plugin"+name)
 			}
 			gotController := false
 			for _, o := range chart.OfKind(objs, "Deployment") {
