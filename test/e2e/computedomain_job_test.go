@@ -31,9 +31,11 @@ var (
 	cdClique2 = "cd-c"
 )
 
-// TestComputeDomains adds the simulated rack once for both of its parts:
-// job, the native names (testComputeDomainJob), and nvidia, NVIDIA-format
-// manifests in the compatibility mode (testNVIDIAComputeDomains). The
+// TestComputeDomains adds the simulated rack once for its parts: job, the
+// native names (testComputeDomainJob); operations, an upgrade and a tray
+// leaving and rejoining during jobs (testComputeDomainOperations); and
+// nvidia, NVIDIA-format manifests in the compatibility mode
+// (testNVIDIAComputeDomains). The
 // default chart is installed again at the end.
 func TestComputeDomains(t *testing.T) {
 	addRack(t)
@@ -44,6 +46,7 @@ func TestComputeDomains(t *testing.T) {
 		removeOtherDriversClasses(t, compat.NVIDIADriverName)
 	})
 	t.Run("job", testComputeDomainJob)
+	t.Run("operations", testComputeDomainOperations)
 	t.Run("nvidia", testNVIDIAComputeDomains)
 }
 
