@@ -53,8 +53,11 @@ func WatchKernel(ctx context.Context, k *Kernel) (*KernelWatcher, error) {
 	logger := klog.FromContext(ctx).WithValues("root", k.Root)
 	logger.Info("simulated kernel watching PCI sysfs", "dirs", len(w.dirs))
 	go func() {
-		<-ctx.Done()
-		_ = w.f.Close()
+		select {
+		case <-ctx.Done():
+			_ = w.f.Close()
+		case <-w.done:
+		}
 	}()
 	go func() {
 		defer close(w.done)
