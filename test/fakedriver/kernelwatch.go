@@ -134,7 +134,7 @@ func (w *KernelWatcher) apply(logger klog.Logger, path string) {
 	switch {
 	case err != nil:
 		logger.Error(err, "write ignored: the kernel would have refused it", "file", rel, "value", value)
-	case value != "":
+	case value != "" || filepath.Base(path) == "driver_override":
 		logger.V(2).Info("write applied", "file", rel, "value", value)
 	}
 }
