@@ -22,6 +22,7 @@ import (
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 
 	"github.com/gpudra/gpudra/internal/plugin/vfio"
+	"github.com/gpudra/gpudra/test/localcluster"
 )
 
 // podLog waits until the container's log has the marker line and returns it.
@@ -73,7 +74,7 @@ func waitSysfs(t *testing.T, node, addr, driver, override string) {
 	})
 	if err != nil {
 		t.Fatalf("GPU %s of %s: driver %q, driver_override %q; want %q, %q (the simulated kernel's log: %s)",
-			addr, node, gotDriver, gotOverride, driver, override, realCluster.Log("sim-kernel-"+node))
+			addr, node, gotDriver, gotOverride, driver, override, realCluster.Log(localcluster.SimKernelName(node)))
 	}
 }
 

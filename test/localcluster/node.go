@@ -20,7 +20,7 @@ func kubeletName(node string) string { return "kubelet-" + node }
 func (c *Cluster) nodeComponents() []string {
 	var out []string
 	for _, n := range c.cfg.Nodes {
-		out = append(out, simKernelName(n.Name), c.runtimeName(n.Name), kubeletName(n.Name))
+		out = append(out, SimKernelName(n.Name), c.runtimeName(n.Name), kubeletName(n.Name))
 	}
 	return out
 }
@@ -339,7 +339,7 @@ func (c *Cluster) startKubelet(spec NodeSpec) error {
 func (c *Cluster) stopNode(ctx context.Context, node string) error {
 	c.stop(kubeletName(node))
 	c.stop(c.runtimeName(node))
-	c.stop(simKernelName(node))
+	c.stop(SimKernelName(node))
 	var errs []error
 	if err := c.killCgroups(node); err != nil {
 		errs = append(errs, err)

@@ -18,14 +18,16 @@ import (
 // node's bind mount are to the same files, which inotify reports.
 const simKernelBinary = "gpudra-sim-kernel"
 
-func simKernelName(node string) string { return "sim-kernel-" + node }
+// SimKernelName is the component name (log, PID file) of a node's simulated
+// kernel.
+func SimKernelName(node string) string { return "sim-kernel-" + node }
 
 // startSimKernel starts the node's simulated kernel on its driver root, in
 // the node's system cgroup (which stopNode empties too). The watches are in
 // place once the log says so; the plugin writes only after its pod starts,
 // long after.
 func (c *Cluster) startSimKernel(node string) error {
-	pid, err := c.start(simKernelName(node), []string{c.bin(simKernelBinary), "--root=" + c.Node(node).DriverRoot()}, nil)
+	pid, err := c.start(SimKernelName(node), []string{c.bin(simKernelBinary), "--root=" + c.Node(node).DriverRoot()}, nil)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}
