@@ -1,6 +1,7 @@
 package fakedriver
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -58,7 +59,7 @@ func TestPassthroughOnRoot(t *testing.T) {
 	t.Run("a busy GPU stays on nvidia", func(t *testing.T) {
 		busy[a] = true
 		defer delete(busy, a)
-		require.ErrorContains(t, vfio.ToVFIO(k, a, nil), "still using it")
+		require.ErrorContains(t, vfio.ToVFIO(context.Background(), k, a, nil), "still using it")
 		d, _ := sys.Driver(a)
 		require.Equal(t, vfio.DriverNVIDIA, d)
 		o, _ := sys.Override(a)
@@ -67,10 +68,10 @@ func TestPassthroughOnRoot(t *testing.T) {
 	t.Run("vfio-pci without an override is ENODEV", func(t *testing.T) {
 		require.NoError(t, k.Unbind(a, vfio.DriverNVIDIA))
 		require.Equal(t, syscall.ENODEV, Errno(k.Bind(a, vfio.DriverVFIO)))
-		require.NoError(t, vfio.ToNVIDIA(k, a))
+		require.NoError(t, vfio.ToNVIDIA(context.Background(), k, a))
 	})
 	t.Run("round trip", func(t *testing.T) {
-		require.NoError(t, vfio.ToVFIO(k, a, nil))
+		require.NoError(t, vfio.ToVFIO(context.Background(), k, a, nil))
 		d, _ := sys.Driver(a)
 		require.Equal(t, vfio.DriverVFIO, d)
 		require.FileExists(t, filepath.Join(root, "sys/bus/pci/drivers/vfio-pci", a, "driver_override"), "the driver links its device")
@@ -89,7 +90,7 @@ func TestPassthroughOnRoot(t *testing.T) {
 		require.Equal(t, vfio.ContainerPath, nodes[1].Path)
 		require.Equal(t, int64(VFIOContainerMinor), nodes[1].Minor)
 
-		require.NoError(t, vfio.ToNVIDIA(k, a))
+		require.NoError(t, vfio.ToNVIDIA(context.Background(), k, a))
 		d, _ = sys.Driver(a)
 		require.Equal(t, vfio.DriverNVIDIA, d)
 		o, _ := sys.Override(a)

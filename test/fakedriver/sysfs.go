@@ -29,6 +29,11 @@ import (
 //     bind or unbind file: ENOENT.
 //
 // Reads go through vfio.HostSysfs, the production reader, on the same tree.
+//
+// In-process tests call Kernel's vfio.Sysfs methods instead of writing the
+// files. On the local cluster the plugin writes the files themselves
+// (vfio.HostSysfs), and a KernelWatcher calls Apply after each write, which
+// dispatches to the same methods: the rules above are written once.
 type Kernel struct {
 	// Root is the fake driver root.
 	Root string
@@ -67,17 +72,60 @@ func (k *Kernel) Override(addr string) (string, error) { return k.sys().Override
 // IOMMUGroup implements vfio.Sysfs.
 func (k *Kernel) IOMMUGroup(addr string) (int, error) { return k.sys().IOMMUGroup(addr) }
 
-// SetOverride stores driver_override as the kernel shows it.
+// SetOverride stores driver_override as the kernel shows it ("(null)" when
+// unset). A file that already reads so is not written again, so that a
+// watcher does not act on its own write (see Apply).
 func (k *Kernel) SetOverride(addr, driver string) error {
 	dir, err := k.devDir(addr)
 	if err != nil {
 		return err
 	}
 	v := strings.TrimSpace(driver)
-	if v == "" {
+	if v == "" || v == "(null)" {
 		v = "(null)"
 	}
-	return os.WriteFile(filepath.Join(dir, "driver_override"), []byte(v+"\n"), 0o644)
+	path := filepath.Join(dir, "driver_override")
+	if cur, err := os.ReadFile(path); err == nil && string(cur) == v+"\n" {
+		return nil
+	}
+	return os.WriteFile(path, []byte(v+"\n"), 0o644)
+}
+
+// Apply performs the kernel's effect of a completed write to the root's
+// sysfs attribute at path (a driver's bind or unbind, a device's
+// driver_override; path as the file was named to the writer, under
+// sys/bus/pci/drivers/<driver>/ or the device's directory), with the value
+// the file holds now. Like the kernel it then leaves bind and unbind
+// reading back nothing, and driver_override as SetOverride shows it. A
+// refusal is returned, but the writer got its write through already: this
+// path proves only the success path (refusals stay covered by tests that
+// call the methods directly). An empty bind or unbind (its own emptying)
+// does nothing. It returns the value it acted on.
+func (k *Kernel) Apply(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	value := strings.TrimSpace(string(b))
+	dir, name := filepath.Split(path)
+	dir = filepath.Clean(dir)
+	switch name {
+	case "driver_override":
+		return value, k.SetOverride(filepath.Base(dir), value)
+	case "bind", "unbind":
+		if value == "" {
+			return "", nil
+		}
+		// A write-only attribute: nothing to read back.
+		if err := os.Truncate(path, 0); err != nil {
+			return value, err
+		}
+		if name == "bind" {
+			return value, k.Bind(value, filepath.Base(dir))
+		}
+		return value, k.Unbind(value, filepath.Base(dir))
+	}
+	return value, fmt.Errorf("%s: not a PCI sysfs attribute the simulated kernel acts on (bind, unbind, driver_override)", path)
 }
 
 // Unbind detaches the device from driver.

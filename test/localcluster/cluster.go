@@ -60,7 +60,7 @@ func (c *Cluster) preflight() error {
 	var built []string
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet",
 		"kube-proxy", "kubectl", "containerd", "containerd-shim-runc-v2", "ctr",
-		"gpudra-fake-nvidia-smi", "gpudra-fake-mps-control", "gpudra-fake-imex", "gpudra-fake-imex-ctl", simNRIBinary} {
+		"gpudra-fake-nvidia-smi", "gpudra-fake-mps-control", "gpudra-fake-imex", "gpudra-fake-imex-ctl", simNRIBinary, simKernelBinary} {
 		if !fileExists(c.bin(b)) {
 			built = append(built, c.bin(b))
 		}

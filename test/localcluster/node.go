@@ -20,7 +20,7 @@ func kubeletName(node string) string { return "kubelet-" + node }
 func (c *Cluster) nodeComponents() []string {
 	var out []string
 	for _, n := range c.cfg.Nodes {
-		out = append(out, c.runtimeName(n.Name), kubeletName(n.Name))
+		out = append(out, SimKernelName(n.Name), c.runtimeName(n.Name), kubeletName(n.Name))
 	}
 	return out
 }
@@ -30,8 +30,9 @@ func (c *Cluster) nsenter(node string, argv ...string) []string {
 	return append([]string{"nsenter", "--mount=" + c.Node(node).MountNamespace(), "--"}, argv...)
 }
 
-// prepareNode writes the node's simulated driver root and creates its mount
-// namespace with the node's directories bound onto the standard paths.
+// prepareNode writes the node's simulated driver root, starts its simulated
+// kernel (simkernel.go) and creates its mount namespace with the node's
+// directories bound onto the standard paths.
 func (c *Cluster) prepareNode(ctx context.Context, spec NodeSpec) error {
 	n := c.Node(spec.Name)
 	for _, p := range nodeBinds {
@@ -49,6 +50,12 @@ func (c *Cluster) prepareNode(ctx context.Context, spec NodeSpec) error {
 	}
 	if err := c.createMountNamespace(ctx, n); err != nil {
 		return fmt.Errorf("node %s: mount namespace: %w", spec.Name, err)
+	}
+	if err := c.makeCgroups(spec.Name); err != nil {
+		return err
+	}
+	if err := c.startSimKernel(spec.Name); err != nil {
+		return err
 	}
 	bind := func(source, target string) error {
 		if err := c.ensureHostDir(target); err != nil {
@@ -73,7 +80,7 @@ func (c *Cluster) prepareNode(ctx context.Context, spec NodeSpec) error {
 	if _, err := run(ctx, c.nsenter(spec.Name, "mount", "--make-shared", layout.NodePath)...); err != nil {
 		return fmt.Errorf("node %s: %w", spec.Name, err)
 	}
-	return c.makeCgroups(spec.Name)
+	return nil
 }
 
 // createMountNamespace makes a persistent mount namespace: unshare binds it
@@ -327,10 +334,12 @@ func (c *Cluster) startKubelet(spec NodeSpec) error {
 }
 
 // stopNode stops the kubelet, then every process in the node's cgroups
-// (pods, shims or conmons, the runtime), and removes its mount namespace.
+// (pods, shims or conmons, the runtime, the simulated kernel), and removes
+// its mount namespace.
 func (c *Cluster) stopNode(ctx context.Context, node string) error {
 	c.stop(kubeletName(node))
 	c.stop(c.runtimeName(node))
+	c.stop(SimKernelName(node))
 	var errs []error
 	if err := c.killCgroups(node); err != nil {
 		errs = append(errs, err)

@@ -102,7 +102,7 @@ func (m *Manager) bindVFIO(ctx context.Context, rec *checkpoint.ClaimRecord) err
 			}
 			return nil
 		}
-		if err := vfio.ToVFIO(m.cfg.Passthrough.Sysfs, d.VFIO.PCIBusID, check); err != nil {
+		if err := vfio.ToVFIO(ctx, m.cfg.Passthrough.Sysfs, d.VFIO.PCIBusID, check); err != nil {
 			return fmt.Errorf("device %s: %w", d.Name, err)
 		}
 		klog.FromContext(ctx).V(3).Info("GPU bound to vfio-pci", "device", d.Name, "pciBusID", d.VFIO.PCIBusID, "iommuGroup", d.VFIO.IOMMUGroup)
@@ -121,7 +121,7 @@ func (m *Manager) unbindVFIO(ctx context.Context, rec *checkpoint.ClaimRecord) e
 			return fmt.Errorf("device %s of the claim is passed through, but passthrough is off on this plugin: "+
 				"turn it on again to give GPU %s back to the nvidia driver", d.Name, d.VFIO.PCIBusID)
 		}
-		if err := vfio.ToNVIDIA(m.cfg.Passthrough.Sysfs, d.VFIO.PCIBusID); err != nil {
+		if err := vfio.ToNVIDIA(ctx, m.cfg.Passthrough.Sysfs, d.VFIO.PCIBusID); err != nil {
 			return fmt.Errorf("device %s: %w", d.Name, err)
 		}
 		klog.FromContext(ctx).V(3).Info("GPU given back to nvidia", "device", d.Name, "pciBusID", d.VFIO.PCIBusID)

@@ -1,7 +1,9 @@
 package vfio
 
 import (
+	"context"
 	"fmt"
+	"time"
 )
 
 // ToVFIO binds the GPU at addr to vfio-pci: driver_override names vfio-pci
@@ -14,7 +16,7 @@ import (
 // left alone. check runs while the device is still on nvidia, before
 // anything is changed; its error refuses the move (the GPU is in use, MIG is
 // on). A device bound to any other driver is refused.
-func ToVFIO(sys Sysfs, addr string, check func() error) error {
+func ToVFIO(ctx context.Context, sys Sysfs, addr string, check func() error) error {
 	driver, err := sys.Driver(addr)
 	if err != nil {
 		return err
@@ -46,7 +48,7 @@ func ToVFIO(sys Sysfs, addr string, check func() error) error {
 	if err := sys.Bind(addr, DriverVFIO); err != nil {
 		return fmt.Errorf("bind GPU %s to %s (is the vfio-pci module loaded?): %w", addr, DriverVFIO, err)
 	}
-	return verify(sys, addr, DriverVFIO)
+	return verify(ctx, sys, addr, DriverVFIO)
 }
 
 // ToNVIDIA gives the GPU at addr back to the nvidia driver: driver_override
@@ -54,7 +56,7 @@ func ToVFIO(sys Sysfs, addr string, check func() error) error {
 // ToVFIO it converges from any intermediate state; a device already on
 // nvidia only gets a stale override cleared. A device bound to any other
 // driver is refused.
-func ToNVIDIA(sys Sysfs, addr string) error {
+func ToNVIDIA(ctx context.Context, sys Sysfs, addr string) error {
 	driver, err := sys.Driver(addr)
 	if err != nil {
 		return err
@@ -78,7 +80,7 @@ func ToNVIDIA(sys Sysfs, addr string) error {
 	if err := sys.Bind(addr, DriverNVIDIA); err != nil {
 		return fmt.Errorf("bind GPU %s to %s: %w", addr, DriverNVIDIA, err)
 	}
-	return verify(sys, addr, DriverNVIDIA)
+	return verify(ctx, sys, addr, DriverNVIDIA)
 }
 
 // ensureOverride writes driver_override unless it already says want.
@@ -100,15 +102,37 @@ func ensureOverride(sys Sysfs, addr, want string) error {
 	return nil
 }
 
+// verifyTimeout bounds how long verify waits for the driver link to show
+// the driver a bind asked for, and verifyInterval is how often it reads it.
+var (
+	verifyTimeout  = 2 * time.Second
+	verifyInterval = 20 * time.Millisecond
+)
+
 // verify reads the driver back: a bind that the kernel accepted but that did
 // not probe the device leaves it without one.
-func verify(sys Sysfs, addr, want string) error {
-	got, err := sys.Driver(addr)
-	if err != nil {
-		return err
+//
+// It waits up to verifyTimeout for the link to show want. A real kernel
+// probes the device inside the write to bind, so on a real node the first
+// read normally answers. The wait is for a bind whose effect lands after
+// the write returned: the local cluster's simulated kernel
+// (test/fakedriver, KernelWatcher) acts on the write from another process,
+// so the unbind and bind written just before may not have landed yet.
+func verify(ctx context.Context, sys Sysfs, addr, want string) error {
+	ctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+	defer cancel()
+	for {
+		got, err := sys.Driver(addr)
+		if err != nil {
+			return err
+		}
+		if got == want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("GPU %s: bound to %q after binding it to %s (waited %s for the bind to take effect)", addr, got, want, verifyTimeout)
+		case <-time.After(verifyInterval):
+		}
 	}
-	if got != want {
-		return fmt.Errorf("GPU %s: bound to %q after binding it to %s", addr, got, want)
-	}
-	return nil
 }

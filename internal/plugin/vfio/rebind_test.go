@@ -1,6 +1,7 @@
 package vfio
 
 import (
+	"context"
 	"errors"
 	"syscall"
 	"testing"
@@ -89,7 +90,7 @@ func TestToVFIO(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			k := &memKernel{driver: tc.driver, override: tc.override, busy: tc.busy}
-			err := ToVFIO(k, "0000:1b:00.0", func() error { return tc.check })
+			err := ToVFIO(context.Background(), k, "0000:1b:00.0", func() error { return tc.check })
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 			} else {
@@ -123,7 +124,7 @@ func TestToNVIDIA(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			k := &memKernel{driver: tc.driver, override: tc.override}
-			err := ToNVIDIA(k, "0000:1b:00.0")
+			err := ToNVIDIA(context.Background(), k, "0000:1b:00.0")
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 			} else {
@@ -144,8 +145,8 @@ func TestCrashAnywhereConverges(t *testing.T) {
 		from, to string
 		move     func(Sysfs) error
 	}{
-		{"to vfio-pci", DriverNVIDIA, DriverVFIO, func(s Sysfs) error { return ToVFIO(s, "a", nil) }},
-		{"to nvidia", DriverVFIO, DriverNVIDIA, func(s Sysfs) error { return ToNVIDIA(s, "a") }},
+		{"to vfio-pci", DriverNVIDIA, DriverVFIO, func(s Sysfs) error { return ToVFIO(context.Background(), s, "a", nil) }},
+		{"to nvidia", DriverVFIO, DriverNVIDIA, func(s Sysfs) error { return ToNVIDIA(context.Background(), s, "a") }},
 	} {
 		for failAt := 1; failAt <= 3; failAt++ {
 			k := &memKernel{driver: tc.from, failAt: failAt}

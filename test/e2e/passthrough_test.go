@@ -1,0 +1,228 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	drametadata "k8s.io/dynamic-resource-allocation/api/metadata"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/internal/controller/deviceclass"
+	"github.com/gpudra/gpudra/internal/plugin/slice"
+	"github.com/gpudra/gpudra/internal/plugin/vfio"
+	"github.com/gpudra/gpudra/internal/shared/compat"
+	"github.com/gpudra/gpudra/test/fakedriver"
+)
+
+// TestPassthrough passes a GPU through on the local cluster (docs/passthrough.md):
+// a node of its own, added with a node group whose plugin has --passthrough,
+// publishes its two L4s also as vfio devices; a claim of class
+// vfio.gpu.gpudra.io prepares: the plugin rebinds the GPU through the fake
+// root's PCI sysfs, which the node's simulated kernel
+// (test/cmd/gpudra-sim-kernel) acts on, so that its driver link shows
+// vfio-pci and driver_override vfio-pci; the pod sees only
+// /dev/vfio/<IOMMU group> of that GPU; the device metadata of KEP-5304 is
+// written with the GPU's pciBusID and reaches the container. While the
+// claim holds the GPU its ordinary device cannot be allocated; after the
+// pod and the claim are gone the GPU is on nvidia again with no override,
+// and a pod gets its ordinary device and sees the GPU.
+//
+// The node group passes --passthrough in extraArgs, not the chart's
+// kubeletPlugin.passthrough, which the chart refuses without privileged
+// (the plugin writes the host's sysfs): a privileged plugin here would mount
+// the simulated driver root read-only (the chart's rule for a real root:
+// the simulated NVML then cannot create its state file, nor the plugin
+// write the fake sysfs), and its Bidirectional plugin directory needs a
+// shared mount, which the nodes' /var/lib/kubelet is not. Neither was tried. The vfio
+// DeviceClass the chart would then install is created by the test (the
+// controller's own, deviceclass.BaseClassesFor). Native mode only: the
+// NVIDIA mode's VfioDeviceConfig needs the controller's --passthrough too.
+//
+// Only the success path: the simulated kernel acts after the plugin's write
+// returned, so a refusal (EBUSY, ENODEV) cannot reach the plugin; those are
+// covered by the in-process tests of test/fakedriver and internal/plugin/vfio.
+func TestPassthrough(t *testing.T) {
+	const node = "gpu-vfio"
+	t.Cleanup(func() { clusterCmd(t, "remove-node", node) })
+	clusterCmd(t, "add-node", node+"=l4", "--passthrough")
+	ensureVFIOClass(t)
+	devs := waitVFIODevices(t, node, 2)
+
+	ns := namespace(t)
+	ctx := context.Background()
+	createClaim(t, ns, "vm-gpu", compat.NativeVFIOClass, "")
+	createPod(t, ns, "vm", node, "vm-gpu", vfioScript("vm-gpu", "vm"))
+	waitRunning(t, ns, "vm")
+
+	claim, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, "vm-gpu", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim vm-gpu: want one allocated device, got %+v", claim.Status.Allocation)
+	}
+	res := claim.Status.Allocation.Devices.Results[0]
+	dev, ok := devs[res.Device]
+	if res.Pool != node || !ok {
+		t.Fatalf("claim vm-gpu got %s/%s, want a vfio device of %s (%v)", res.Pool, res.Device, node, devs)
+	}
+	group := fakedriver.IOMMUGroupBase + dev.index
+	t.Logf("vm-gpu: %s, PCI %s, IOMMU group %d", res.Device, dev.pciBusID, group)
+
+	out := podLog(t, ns, "vm", "end-of-report")
+	if got, want := vfioNodes(out), []string{vfio.GroupPath(group)}; !slices.Equal(got, want) {
+		t.Errorf("the VM's pod sees %v in /dev/vfio, want %v\n%s", got, want, out)
+	}
+	waitSysfs(t, node, dev.pciBusID, vfio.DriverVFIO, vfio.DriverVFIO)
+
+	// Where the kubeletplugin helper writes it (k8s.io/dynamic-resource-allocation
+	// kubeletplugin, metadataFilePath: <plugin data dir>/dra-device-metadata/<ns>_<claim>/<request>).
+	hostMeta := filepath.Join(kubeletDir(node), "plugins", driver, "dra-device-metadata", ns+"_vm-gpu", "vm", "metadata.json")
+	raw, err := os.ReadFile(hostMeta)
+	if err != nil {
+		t.Fatalf("device metadata on the node: %v", err)
+	}
+	assertPCIBusID(t, "metadata file "+hostMeta, raw, res.Device, dev.pciBusID)
+	assertPCIBusID(t, "metadata in the container", []byte(between(out, "metadata-begin", "metadata-end")), res.Device, dev.pciBusID)
+
+	// While the VM holds the GPU, its ordinary device is not allocatable
+	// (both consume the GPU's passthrough counter).
+	createClaim(t, ns, "held", compat.Default().GPUClass, dev.uuid)
+	createPod(t, ns, "held", node, "held", "sleep 1d")
+	waitUnschedulable(t, ns, "held")
+	deletePod(t, ns, "held")
+	deleteClaim(t, ns, "held")
+
+	deletePod(t, ns, "vm")
+	deleteClaim(t, ns, "vm-gpu")
+	waitSysfs(t, node, dev.pciBusID, vfio.DriverNVIDIA, "(null)")
+
+	createClaim(t, ns, "after", compat.Default().GPUClass, dev.uuid)
+	createPod(t, ns, "after", node, "after", "gpudra-gpus -v; echo end-of-report")
+	waitRunning(t, ns, "after")
+	assertSeesAllocation(t, ns, "after", "ctr")
+}
+
+// vfioDevice is what the test needs of a vfio device of the ResourceSlices.
+type vfioDevice struct {
+	uuid, pciBusID string
+	index          int
+}
+
+// waitVFIODevices waits for n vfio devices of node in the ResourceSlices.
+func waitVFIODevices(t *testing.T, node string, n int) map[string]vfioDevice {
+	t.Helper()
+	var out map[string]vfioDevice
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return false, nil
+		}
+		out = map[string]vfioDevice{}
+		for _, rs := range list.Items {
+			for _, d := range rs.Spec.Devices {
+				if typ := d.Attributes[slice.AttrType].StringValue; typ == nil || *typ != slice.DeviceTypeVFIO {
+					continue
+				}
+				v := vfioDevice{}
+				if s := d.Attributes[slice.AttrUUID].StringValue; s != nil {
+					v.uuid = *s
+				}
+				if s := d.Attributes[vfio.PCIBusIDAttribute].StringValue; s != nil {
+					v.pciBusID = *s
+				}
+				if i := d.Attributes[slice.AttrIndex].IntValue; i != nil {
+					v.index = int(*i)
+				}
+				out[d.Name] = v
+			}
+		}
+		return len(out) == n, nil
+	})
+	if err != nil {
+		t.Fatalf("node %s: want %d vfio devices in its ResourceSlices, got %v", node, n, out)
+	}
+	return out
+}
+
+// ensureVFIOClass creates the controller's vfio DeviceClass unless it exists.
+func ensureVFIOClass(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	n := compat.MustResolve(compat.Flags{Passthrough: true})
+	if _, err := client.ResourceV1().DeviceClasses().Get(ctx, n.VFIOClass, metav1.GetOptions{}); err == nil {
+		return
+	}
+	for _, c := range deviceclass.BaseClassesFor(n, "") {
+		if c.Name != n.VFIOClass {
+			continue
+		}
+		if _, err := client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create DeviceClass %s: %v", c.Name, err)
+		}
+		t.Cleanup(func() {
+			_ = client.ResourceV1().DeviceClasses().Delete(context.Background(), c.Name, metav1.DeleteOptions{})
+		})
+		return
+	}
+	t.Fatalf("deviceclass.BaseClassesFor has no %s", n.VFIOClass)
+}
+
+// createClaim creates a claim of one device (request "vm" for the vfio
+// class, "gpu" otherwise) of class, of the GPU with uuid when set.
+func createClaim(t *testing.T, ns, name, class, uuid string) {
+	t.Helper()
+	req := resourceapi.DeviceRequest{Name: requestName(class), Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}
+	if uuid != "" {
+		req.Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf("device.attributes[%q].%s == %q", driver, slice.AttrUUID, uuid)}}}
+	}
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{req}}}}
+	if _, err := client.ResourceV1().ResourceClaims(ns).Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create claim %s/%s: %v", ns, name, err)
+	}
+}
+
+func requestName(class string) string {
+	if class == compat.NativeVFIOClass {
+		return "vm"
+	}
+	return "gpu"
+}
+
+// createPod runs script (bash) in the workload image on node with the
+// claim, then sleeps until it is stopped.
+func createPod(t *testing.T, ns, name, node, claim, script string) {
+	t.Helper()
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{
+		NodeSelector:                  map[string]string{"kubernetes.io/hostname": node},
+		TerminationGracePeriodSeconds: ptr.To[int64](1),
+		Containers: []v1.Container{{Name: "ctr", Image: "registry.local/gpudra/workload:local",
+			Command:   []string{"bash", "-c", script + "; trap 'exit 0' TERM; sleep 2147483647 & wait"},
+			Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "dev"}}}}},
+		ResourceClaims: []v1.PodResourceClaim{{Name: "dev", ResourceClaimName: &claim}},
+	}}
+	if _, err := client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s/%s: %v", ns, name, err)
+	}
+}
+
+// vfioScript lists /dev/vfio and prints the claim's device metadata file,
+// at the path KEP-5304 gives it in the container.
+func vfioScript(claim, request string) string {
+	meta := drametadata.ResourceClaimFilePath(driver, claim, request)
+	return fmt.Sprintf(`for f in /dev/vfio/*; do echo "vfio-node $f"; done; echo metadata-begin; `+
+		`if [ -r %[1]q ]; then echo "$(< %[1]q)"; else echo "no %[1]s"; fi; echo metadata-end; echo end-of-report`, meta)
+}
