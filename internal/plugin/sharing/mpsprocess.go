@@ -83,4 +83,6 @@ func (p processRunner) Stop(ctx context.Context, _ string, _ int, dir string) er
 func (processRunner) Daemons(context.Context) ([]DaemonRef, error) { return nil, nil }
 
 // Describe implements DaemonRunner: the end of the daemon's output.
-func (p processRunner) Describe(_ context.Context, _ string, _ int, dir string) string { return p.c.tail(dir) }
+func (p processRunner) Describe(_ context.Context, _ string, _ int, dir string) string {
+	return p.c.tail(dir)
+}
