@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
 	resourceapi "k8s.io/api/resource/v1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -115,4 +116,23 @@ func TestMPSGroupsOfAnInterruptedPrepareAreStopped(t *testing.T) {
 		require.Eventually(t, func() bool { return !processAlive(pid) }, 10*time.Second, 10*time.Millisecond)
 	}
 	require.NoDirExists(t, filepath.Join(e.mpsRoot, uidA))
+}
+
+// TestComputeModeOfEveryMPSGroup: each GPU of every configuration group is
+// EXCLUSIVE_PROCESS while the claim is prepared, and back in its mode after.
+func TestComputeModeOfEveryMPSGroup(t *testing.T) {
+	e := newEnv(t, 2)
+	gpu0, gpu1 := e.node.GPUs[0].UUID, e.node.GPUs[1].UUID
+	e.modes = &recordingModes{mode: map[string]nvml.ComputeMode{gpu0: nvml.COMPUTEMODE_DEFAULT, gpu1: nvml.COMPUTEMODE_DEFAULT}}
+	m, _ := e.manager()
+	c := twoGroupClaim()
+	_, err := m.Prepare(ctx(t), c)
+	require.NoError(t, err)
+	for _, g := range []string{gpu0, gpu1} {
+		require.Equal(t, nvml.COMPUTEMODE_EXCLUSIVE_PROCESS, e.modes.get(g), "while prepared")
+	}
+	require.NoError(t, m.Unprepare(ctx(t), ref(c)))
+	for _, g := range []string{gpu0, gpu1} {
+		require.Equal(t, nvml.COMPUTEMODE_DEFAULT, e.modes.get(g), "after unprepare")
+	}
 }
