@@ -33,7 +33,9 @@ const (
 type MPSOptions struct {
 	// ControlPath is nvidia-cuda-mps-control (real) or the fake one.
 	ControlPath string
-	// Root holds one directory per claim (<Root>/<claimUID>/{pipe,log}); it
+	// Root holds one directory per claim (<Root>/<claimUID>/{pipe,log,shm}
+	// for its daemon of group 0, <Root>/<claimUID>/group-<n>/… for the
+	// others); it
 	// must be a host path, because it is mounted into containers, and every
 	// plugin instance of the node (two during a rolling update) must use the
 	// same one.
@@ -143,7 +145,7 @@ func groupsInDir(claimDir string) []int {
 
 // Start starts the daemon described by d (Devices and limits set; Dir and,
 // where the runner knows it, PID are filled in) and applies its settings.
-// A daemon that still answers in the claim's directory (an interrupted
+// A daemon that still answers in its directory (DaemonDir; an interrupted
 // earlier attempt, whichever plugin instance made it) is stopped first; if
 // it does not stop, Start fails and leaves it and its directory alone. On
 // error nothing Start started is left running.
