@@ -20,7 +20,7 @@ import (
 const (
 	// MPSDaemonProcess: child processes of the plugin (ends with its container).
 	MPSDaemonProcess = "process"
-	// MPSDaemonPod: a Pod per claim (internal/plugin/mpspod), what the chart uses.
+	// MPSDaemonPod: a Pod per claim and configuration group (internal/plugin/mpspod), what the chart uses.
 	MPSDaemonPod = "pod"
 )
 
@@ -43,7 +43,7 @@ func (o *Options) addMPSDaemonFlags(fs *pflag.FlagSet) {
 	m := &o.MPSDaemon
 	fs.StringVar(&m.Mode, "mps-daemon", MPSDaemonProcess,
 		"Where MPS control daemons run: 'process' (children of the plugin: a restart of its container ends them) or "+
-			"'pod' (a Pod per claim in --mps-daemon-namespace, pinned to this node, running --mps-daemon-image; survives plugin restarts and upgrades).")
+			"'pod' (a Pod per claim and MPS configuration group in --mps-daemon-namespace, pinned to this node, running --mps-daemon-image; survives plugin restarts and upgrades).")
 	fs.StringVar(&m.Image, "mps-daemon-image", "", "Image of MPS control daemon Pods: the plugin's own (its mps-control-daemon subcommand).")
 	fs.StringVar(&m.PullPolicy, "mps-daemon-image-pull-policy", string(corev1.PullIfNotPresent), "Pull policy of that image.")
 	fs.StringVar(&m.Namespace, "mps-daemon-namespace", "", "Namespace of MPS control daemon Pods (the plugin's). [$POD_NAMESPACE]")

@@ -146,6 +146,7 @@ func TestNVIDIACompatibility(t *testing.T) {
 
 	t.Run("attributes", compatAttributes)
 	t.Run("MPS settings as NVIDIA validates them", func(t *testing.T) { compatMPSSettings(t, ns) })
+	t.Run("an MPS daemon per configuration group", func(t *testing.T) { compatMPSGroups(t, ns) })
 	t.Run("health taints are NVIDIA's", compatTaints)
 	t.Run("NVIDIA's leftover CDI specs are removed", compatLeftoverCDISpec)
 

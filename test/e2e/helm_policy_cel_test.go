@@ -142,6 +142,16 @@ func TestHelmMPSPodPolicyRules(t *testing.T) {
 			p.Spec.Volumes[1].HostPath.Path = "/etc"
 		}), nil, false},
 		{"another name", daemon(func(p *corev1.Pod) { p.Name = "workload" }), nil, false},
+		{"create the daemon Pod of a further config group", daemon(func(p *corev1.Pod) {
+			p.Name, p.Labels["gpudra.io/mps-group"] = "gpudra-mps-"+uid+"-g1", "1"
+		}), nil, true},
+		{"delete the daemon Pod of a further config group", nil, daemon(func(p *corev1.Pod) {
+			p.Name, p.Labels["gpudra.io/mps-group"] = "gpudra-mps-"+uid+"-g2", "2"
+		}), true},
+		{"a group suffix without its label", daemon(func(p *corev1.Pod) { p.Name = "gpudra-mps-" + uid + "-g1" }), nil, false},
+		{"a group label that is no group number", daemon(func(p *corev1.Pod) {
+			p.Name, p.Labels["gpudra.io/mps-group"] = "gpudra-mps-"+uid+"-gx", "x"
+		}), nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var obj, old runtime.Object

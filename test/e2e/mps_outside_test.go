@@ -122,7 +122,7 @@ func daemonPod(t *testing.T, node string, uid types.UID) *v1.Pod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := client.CoreV1().Pods(plugin.Namespace).Get(context.Background(), mpspod.Name(string(uid)), metav1.GetOptions{})
+	p, err := client.CoreV1().Pods(plugin.Namespace).Get(context.Background(), mpspod.Name(string(uid), 0), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -101,12 +101,31 @@ type ClaimRecord struct {
 	Updated time.Time `json:"updated"`
 	// Devices allocated to the claim.
 	Devices []Device `json:"devices"`
-	// MPS is the claim's MPS control daemon, if it has one (internal/plugin/sharing).
+	// MPS is the claim's MPS control daemon of configuration group 0, if
+	// it has one (internal/plugin/sharing); the only one a record of a
+	// version before daemons per group has.
 	MPS *MPSDaemon `json:"mps,omitempty"`
+	// MPSGroups are its daemons of further configuration groups (1, 2, …),
+	// each of a group whose MPS settings differ from the others'.
+	MPSGroups []MPSDaemon `json:"mpsGroups,omitempty"`
+}
+
+// MPSDaemons lists the claim's MPS control daemons, group 0's first.
+func (r *ClaimRecord) MPSDaemons() []*MPSDaemon {
+	if r.MPS == nil {
+		return nil
+	}
+	out := []*MPSDaemon{r.MPS}
+	for i := range r.MPSGroups {
+		out = append(out, &r.MPSGroups[i])
+	}
+	return out
 }
 
 // MPSDaemon is an MPS control daemon that the plugin runs for a claim.
 type MPSDaemon struct {
+	// Group is the daemon's configuration group (0 for the claim's first).
+	Group int `json:"group,omitempty"`
 	// PID of the daemon process (0 while it is being started).
 	PID int `json:"pid"`
 	// Dir holds the daemon's pipe/ and log/ directories.

@@ -26,6 +26,7 @@ import (
 const (
 	uid  = "aaaaaaaa-0000-0000-0000-000000000001"
 	gpuA = "GPU-00000000-1111-2222-3333-444444444444"
+	gpuB = "GPU-00000000-1111-2222-3333-555555555555"
 )
 
 func touch(t *testing.T, root string, paths ...string) {
@@ -120,31 +121,57 @@ func TestPodShape(t *testing.T) {
 	}
 }
 
-// TestPodRunner: a Pod per claim, found again by its labels, deleted and
-// waited for.
+// TestPodRunner: a Pod per daemon of a claim (group 0 named after the
+// claim alone, as before daemons per group; a further group with a
+// suffix), found again by its labels, deleted and waited for.
 func TestPodRunner(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	r := &PodRunner{Client: client, Config: testConfig(Layout{Chroot: true, Control: "/usr/bin/nvidia-cuda-mps-control"}), Poll: 10 * time.Millisecond}
 	d := &sharing.MPSDaemon{Dir: "/x/" + uid, Devices: []string{gpuA}}
+	d1 := &sharing.MPSDaemon{Group: 1, Dir: "/x/" + uid + "/group-1", Devices: []string{gpuB}, ActiveThreadPercentage: 50}
 	_, err := r.Start(ctx, uid, d)
 	require.NoError(t, err)
-	claims, err := r.Claims(ctx)
+	_, err = r.Start(ctx, uid, d1)
 	require.NoError(t, err)
-	require.Equal(t, []string{uid}, claims)
+	daemons, err := r.Daemons(ctx)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []sharing.DaemonRef{{ClaimUID: uid}, {ClaimUID: uid, Group: 1}}, daemons)
+	p1, err := client.CoreV1().Pods("gpudra-system").Get(ctx, "gpudra-mps-"+uid+"-g1", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "1", p1.Labels[GroupLabel])
+	require.Contains(t, p1.Spec.Containers[0].Args, "--set=set_default_active_thread_percentage 50")
+	require.Equal(t, "/x/"+uid+"/group-1/pipe", p1.Spec.Volumes[1].HostPath.Path)
+	p0, err := client.CoreV1().Pods("gpudra-system").Get(ctx, "gpudra-mps-"+uid, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotContains(t, p0.Labels, GroupLabel)
 
 	// A second start (an interrupted earlier attempt) replaces the Pod.
 	_, err = r.Start(ctx, uid, d)
 	require.NoError(t, err)
-	require.Contains(t, r.Describe(ctx, uid, d.Dir), "gpudra-system/gpudra-mps-"+uid)
+	require.Contains(t, r.Describe(ctx, uid, 0, d.Dir), "gpudra-system/gpudra-mps-"+uid)
+	require.Contains(t, r.Describe(ctx, uid, 1, d1.Dir), "gpudra-system/gpudra-mps-"+uid+"-g1")
 
-	require.NoError(t, r.Stop(ctx, uid, d.Dir))
-	_, err = client.CoreV1().Pods("gpudra-system").Get(ctx, Name(uid), metav1.GetOptions{})
+	require.NoError(t, r.Stop(ctx, uid, 0, d.Dir))
+	_, err = client.CoreV1().Pods("gpudra-system").Get(ctx, Name(uid, 0), metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err))
-	require.NoError(t, r.Stop(ctx, uid, d.Dir), "no Pod is not an error")
-	claims, err = r.Claims(ctx)
+	require.NoError(t, r.Stop(ctx, uid, 0, d.Dir), "no Pod is not an error")
+	daemons, err = r.Daemons(ctx)
 	require.NoError(t, err)
-	require.Empty(t, claims)
+	require.Equal(t, []sharing.DaemonRef{{ClaimUID: uid, Group: 1}}, daemons, "group 1's Pod is stopped on its own")
+	require.NoError(t, r.Stop(ctx, uid, 1, d1.Dir))
+	daemons, err = r.Daemons(ctx)
+	require.NoError(t, err)
+	require.Empty(t, daemons)
+}
+
+// TestPodName: group 0 keeps the name of a claim's one daemon of earlier
+// versions, so an upgraded plugin finds it; further groups get a suffix and
+// stay a valid hostname.
+func TestPodName(t *testing.T) {
+	require.Equal(t, "gpudra-mps-"+uid, Name(uid, 0))
+	require.Equal(t, "gpudra-mps-"+uid+"-g2", Name(uid, 2))
+	require.LessOrEqual(t, len(Name("01234567-89ab-cdef-0123-456789abcdef", 999)), 63)
 }
 
 var (

@@ -3,6 +3,7 @@ package mpspod
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,9 +18,10 @@ import (
 	"github.com/gpudra/gpudra/internal/plugin/sharing"
 )
 
-// PodRunner runs each claim's MPS control daemon as a Pod on this node
-// (a sharing.DaemonRunner). The Pod is named after the claim's UID, so a
-// restarted plugin finds it again, and owned by the Node.
+// PodRunner runs each MPS control daemon of a claim (one per configuration
+// group) as a Pod on this node (a sharing.DaemonRunner). The Pod is named
+// after the claim's UID and its group (Name), so a restarted plugin finds it
+// again, and owned by the Node.
 type PodRunner struct {
 	Client kubernetes.Interface
 	Config PodConfig
@@ -52,14 +54,14 @@ type typedPods = interface {
 // the Pod has ended or cannot start (its image cannot be pulled, its
 // container keeps failing), so that the prepare fails with the reason.
 func (r *PodRunner) Start(ctx context.Context, claimUID string, d *sharing.MPSDaemon) (<-chan struct{}, error) {
-	if err := r.Stop(ctx, claimUID, d.Dir); err != nil {
+	if err := r.Stop(ctx, claimUID, d.Group, d.Dir); err != nil {
 		return nil, err
 	}
 	created, err := r.pods().Create(ctx, r.Config.Pod(claimUID, d), metav1.CreateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("create the MPS control daemon Pod %s/%s: %w", r.Config.Namespace, Name(claimUID), err)
+		return nil, fmt.Errorf("create the MPS control daemon Pod %s/%s: %w", r.Config.Namespace, Name(claimUID, d.Group), err)
 	}
-	klog.FromContext(ctx).V(3).Info("Created MPS control daemon Pod", "pod", klog.KObj(created), "claimUID", claimUID)
+	klog.FromContext(ctx).V(3).Info("Created MPS control daemon Pod", "pod", klog.KObj(created), "claimUID", claimUID, "group", d.Group)
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -93,8 +95,8 @@ func failed(p *corev1.Pod) string {
 // Stop implements sharing.DaemonRunner: the Pod is deleted (its process
 // sends "quit" to the daemon and waits for it) and Stop waits until it is
 // gone. No Pod is not an error.
-func (r *PodRunner) Stop(ctx context.Context, claimUID, _ string) error {
-	name := Name(claimUID)
+func (r *PodRunner) Stop(ctx context.Context, claimUID string, group int, _ string) error {
+	name := Name(claimUID, group)
 	err := r.pods().Delete(ctx, name, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -123,37 +125,48 @@ func (r *PodRunner) Stop(ctx context.Context, claimUID, _ string) error {
 		return fmt.Errorf("the MPS control daemon Pod %s/%s is not gone %s after its deletion (phase %s; is the kubelet of node %s running?): %w",
 			r.Config.Namespace, name, timeout, phase, r.Config.NodeName, err)
 	}
-	klog.FromContext(ctx).V(3).Info("Deleted MPS control daemon Pod", "pod", klog.KRef(r.Config.Namespace, name), "claimUID", claimUID)
+	klog.FromContext(ctx).V(3).Info("Deleted MPS control daemon Pod", "pod", klog.KRef(r.Config.Namespace, name), "claimUID", claimUID, "group", group)
 	return nil
 }
 
 // Abort implements sharing.DaemonRunner.
 func (r *PodRunner) Abort(ctx context.Context, claimUID string, d *sharing.MPSDaemon) {
-	if err := r.Stop(ctx, claimUID, d.Dir); err != nil {
+	if err := r.Stop(ctx, claimUID, d.Group, d.Dir); err != nil {
 		klog.FromContext(ctx).Error(err, "MPS control daemon Pod of a failed start not removed; removed with the claim's unprepare or at the next start")
 	}
 }
 
-// Claims implements sharing.DaemonRunner: the claims of this node's Pods.
-func (r *PodRunner) Claims(ctx context.Context) ([]string, error) {
+// Daemons implements sharing.DaemonRunner: the claims and groups of this
+// node's Pods.
+func (r *PodRunner) Daemons(ctx context.Context) ([]sharing.DaemonRef, error) {
 	sel := labels.SelectorFromSet(labels.Set{ComponentLabel: ComponentValue, NodeLabel: r.Config.NodeName})
 	list, err := r.pods().List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
 		return nil, fmt.Errorf("list MPS control daemon Pods: %w", err)
 	}
-	var out []string
+	var out []sharing.DaemonRef
 	for _, p := range list.Items {
-		if uid := p.Labels[ClaimLabel]; uid != "" && p.Spec.NodeName == r.Config.NodeName {
-			out = append(out, uid)
+		uid := p.Labels[ClaimLabel]
+		if uid == "" || p.Spec.NodeName != r.Config.NodeName {
+			continue
 		}
+		group := 0
+		if g, ok := p.Labels[GroupLabel]; ok {
+			n, err := strconv.Atoi(g)
+			if err != nil || n <= 0 || p.Name != Name(uid, n) {
+				continue // not one of ours: its name would not be found again
+			}
+			group = n
+		}
+		out = append(out, sharing.DaemonRef{ClaimUID: uid, Group: group})
 	}
 	return out, nil
 }
 
 // Describe implements sharing.DaemonRunner: the Pod's phase and the
 // state of its container.
-func (r *PodRunner) Describe(ctx context.Context, claimUID, _ string) string {
-	name := Name(claimUID)
+func (r *PodRunner) Describe(ctx context.Context, claimUID string, group int, _ string) string {
+	name := Name(claimUID, group)
 	p, err := r.pods().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Sprintf("Pod %s/%s: %v", r.Config.Namespace, name, err)

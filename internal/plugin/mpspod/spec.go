@@ -9,6 +9,7 @@ package mpspod
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,10 @@ const (
 	ComponentValue = "mps-control-daemon"
 	// ClaimLabel holds the claim's UID, NodeLabel the node's name.
 	ClaimLabel = "gpudra.io/mps-claim-uid"
+	// GroupLabel holds the configuration group of a claim's further daemon
+	// (1, 2, …); group 0's Pod has none, as before claims had a daemon per
+	// group.
+	GroupLabel = "gpudra.io/mps-group"
 	NodeLabel  = "gpudra.io/mps-node"
 	// Subcommand is the plugin binary's subcommand the Pod runs.
 	Subcommand = "mps-control-daemon"
@@ -96,7 +101,17 @@ type PodConfig struct {
 }
 
 // Name is the daemon Pod's name of a claim.
-func Name(claimUID string) string { return NamePrefix + claimUID }
+func Name(claimUID string, group int) string {
+	if group == 0 {
+		return NamePrefix + claimUID
+	}
+	return NamePrefix + claimUID + groupSuffix + strconv.Itoa(group)
+}
+
+// groupSuffix + the group number ends the name of a further group's Pod:
+// "gpudra-mps-" (11) + a UID (36) + "-g" + a number stays far below the 63
+// characters of a Pod's hostname.
+const groupSuffix = "-g"
 
 // paths returns where the pipe, log and shm directories are, as the
 // daemon Pod mounts them.
@@ -109,7 +124,8 @@ func (c *PodConfig) paths() (pipe, log, shm string) {
 	return filepath.Join(PodMPSDir, "pipe"), filepath.Join(PodMPSDir, "log"), sharing.ContainerShmDir
 }
 
-// Pod is the daemon Pod of a claim whose directory (a host path) is dir.
+// Pod is the Pod of the claim's daemon d (its directory, a host path, is
+// d.Dir; its name and labels say its claim and group).
 func (c *PodConfig) Pod(claimUID string, d *sharing.MPSDaemon) *corev1.Pod {
 	pipe, log, shm := c.paths()
 	// The daemon's own view of its directories: inside the root when it
@@ -136,8 +152,11 @@ func (c *PodConfig) Pod(claimUID string, d *sharing.MPSDaemon) *corev1.Pod {
 			Path: path, Type: ptr.To(corev1.HostPathDirectory)}}}
 	}
 	labels := map[string]string{ComponentLabel: ComponentValue, ClaimLabel: claimUID, NodeLabel: c.NodeName}
+	if d.Group > 0 {
+		labels[GroupLabel] = strconv.Itoa(d.Group)
+	}
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: Name(claimUID), Namespace: c.Namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: Name(claimUID, d.Group), Namespace: c.Namespace, Labels: labels},
 		Spec: corev1.PodSpec{
 			NodeName: c.NodeName,
 			// The daemon's processes, and so the PID it writes, are the

@@ -2,6 +2,7 @@ package prepare
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -26,6 +27,8 @@ type MPSDaemonEvent struct {
 	ClaimUID string
 	// Claim is "namespace/name".
 	Claim string
+	// Group is the daemon's configuration group (0: the claim's first).
+	Group int
 	// OldPID and NewPID are the daemon's PIDs, each in the PID namespace of
 	// the plugin instance that started it; NewPID is 0 if none was started.
 	OldPID, NewPID int
@@ -35,9 +38,10 @@ type MPSDaemonEvent struct {
 	Err error
 }
 
-// ensureMPS makes sure the daemon of a completed claim answers, starting it
-// again if not (the record is then rewritten with the new PID). The caller
-// holds the claim's lock. It reports whether the daemon was replaced.
+// ensureMPS makes sure every daemon of a completed claim answers, starting
+// again each that does not (the record is then rewritten with the new
+// PIDs). The caller holds the claim's lock. It reports whether a daemon was
+// replaced; it tries every group even if one fails.
 func (m *Manager) ensureMPS(ctx context.Context, rec *checkpoint.ClaimRecord) (bool, error) {
 	if rec.MPS == nil {
 		return false, nil
@@ -45,31 +49,40 @@ func (m *Manager) ensureMPS(ctx context.Context, rec *checkpoint.ClaimRecord) (b
 	if m.cfg.MPS == nil {
 		return false, fmt.Errorf("it has an MPS control daemon, but the plugin runs without an MPS control binary (--mps-control-path)")
 	}
-	d := mpsDaemon(rec.MPS)
-	res, err := m.cfg.MPS.Ensure(ctx, rec.UID, d)
-	if !res.Replaced {
-		return false, err
+	daemons := mpsDaemons(rec)
+	replaced, changed := false, false
+	var errs []error
+	for _, d := range daemons {
+		res, err := m.cfg.MPS.Ensure(ctx, rec.UID, d)
+		if !res.Replaced {
+			if err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		replaced = true
+		ev := MPSDaemonEvent{ClaimUID: rec.UID, Claim: rec.Namespace + "/" + rec.Name, Group: d.Group, OldPID: res.OldPID, Reason: res.Reason, Err: err}
+		if err != nil {
+			// The event has the reason and the error apart; the caller's
+			// error names each once.
+			errs = append(errs, fmt.Errorf("group %d: %s; a new one could not be started: %w", d.Group, res.Reason, err))
+		} else {
+			ev.NewPID, changed = d.PID, true
+		}
+		m.reportMPS(ctx, ev)
 	}
-	ev := MPSDaemonEvent{ClaimUID: rec.UID, Claim: rec.Namespace + "/" + rec.Name, OldPID: res.OldPID, Reason: res.Reason, Err: err}
-	if err != nil {
-		// The event has the reason and the error apart; the caller's error
-		// names each once.
-		err = fmt.Errorf("%s; a new one could not be started: %w", res.Reason, err)
-	}
-	if err == nil {
-		rec.MPS = mpsRecord(d)
-		ev.NewPID = d.PID
-		if err = m.putRecord(rec, true); err != nil {
-			err = fmt.Errorf("record its new MPS control daemon: %w", err)
+	if changed {
+		setMPS(rec, daemons)
+		if err := m.putRecord(rec, true); err != nil {
+			errs = append(errs, fmt.Errorf("record its new MPS control daemon: %w", err))
 		}
 	}
-	m.reportMPS(ctx, ev)
-	return true, err
+	return replaced, errors.Join(errs...)
 }
 
 // reportMPS counts, logs and hands on a replaced (or lost) daemon.
 func (m *Manager) reportMPS(ctx context.Context, ev MPSDaemonEvent) {
-	logger := klog.FromContext(ctx).WithValues("claim", ev.Claim, "claimUID", ev.ClaimUID, "oldPID", ev.OldPID, "reason", ev.Reason)
+	logger := klog.FromContext(ctx).WithValues("claim", ev.Claim, "claimUID", ev.ClaimUID, "group", ev.Group, "oldPID", ev.OldPID, "reason", ev.Reason)
 	if ev.Err != nil {
 		m.mpsFailed.Add(1)
 		logger.Error(ev.Err, "MPS control daemon of a prepared claim is gone and could not be started again")
@@ -130,20 +143,27 @@ func (m *Manager) checkMPS(ctx context.Context, uid string) (bool, error) {
 	return m.ensureMPS(ctx, rec)
 }
 
-// mpsDaemon is a recorded daemon as internal/plugin/sharing runs it (nil: none).
-func mpsDaemon(r *checkpoint.MPSDaemon) *sharing.MPSDaemon {
-	if r == nil {
-		return nil
+// mpsDaemons are a claim's recorded daemons as internal/plugin/sharing runs
+// them, group 0's first (nil: none).
+func mpsDaemons(rec *checkpoint.ClaimRecord) []*sharing.MPSDaemon {
+	var out []*sharing.MPSDaemon
+	for _, r := range rec.MPSDaemons() {
+		out = append(out, &sharing.MPSDaemon{Group: r.Group, PID: r.PID, Dir: r.Dir, Devices: slices.Clone(r.Devices),
+			ActiveThreadPercentage: r.ActiveThreadPercentage, PinnedMemoryLimits: slices.Clone(r.PinnedMemoryLimits)})
 	}
-	return &sharing.MPSDaemon{PID: r.PID, Dir: r.Dir, Devices: slices.Clone(r.Devices),
-		ActiveThreadPercentage: r.ActiveThreadPercentage, PinnedMemoryLimits: slices.Clone(r.PinnedMemoryLimits)}
+	return out
 }
 
-// mpsRecord is a daemon's entry in its claim's checkpoint record.
-func mpsRecord(d *sharing.MPSDaemon) *checkpoint.MPSDaemon {
-	if d == nil {
-		return nil
+// setMPS records a claim's daemons (PlanMPS's order: group 0 first).
+func setMPS(rec *checkpoint.ClaimRecord, daemons []*sharing.MPSDaemon) {
+	rec.MPS, rec.MPSGroups = nil, nil
+	for i, d := range daemons {
+		r := checkpoint.MPSDaemon{Group: d.Group, PID: d.PID, Dir: d.Dir, Devices: slices.Clone(d.Devices),
+			ActiveThreadPercentage: d.ActiveThreadPercentage, PinnedMemoryLimits: slices.Clone(d.PinnedMemoryLimits)}
+		if i == 0 {
+			rec.MPS = &r
+			continue
+		}
+		rec.MPSGroups = append(rec.MPSGroups, r)
 	}
-	return &checkpoint.MPSDaemon{PID: d.PID, Dir: d.Dir, Devices: slices.Clone(d.Devices),
-		ActiveThreadPercentage: d.ActiveThreadPercentage, PinnedMemoryLimits: slices.Clone(d.PinnedMemoryLimits)}
 }

@@ -229,7 +229,7 @@ func (m *Manager) ensureSpec(rec *checkpoint.ClaimRecord) (bool, error) {
 // device ordinals of the MPS memory limits).
 func (m *Manager) cdiDevices(c *claimState) ([]cdi.ClaimDevice, error) {
 	byRequest := c.uuidsByRequest()
-	mps := mpsDaemon(c.rec.MPS)
+	mps := mpsDaemons(c.rec)
 	out := make([]cdi.ClaimDevice, 0, len(c.devices))
 	for _, d := range c.devices {
 		if d.VFIO != nil {

@@ -26,11 +26,11 @@ import (
 // Sharing hooks of the prepare state machine (internal/plugin/sharing does the work):
 // time slices are set per GPU and restored to the default when the last
 // holder goes; MPS claims (and consumable shares that consumed memory, which
-// MPS limits) get a control daemon of their own, recorded in the claim's
-// checkpoint.
+// MPS limits) get control daemons of their own, one per configuration group,
+// recorded in the claim's checkpoint.
 
 // applySharing configures the GPUs of a claim being prepared and records
-// the MPS daemon, if any, in its record. The caller holds the devices' locks
+// its MPS daemons (one per configuration group), if any, in its record. The caller holds the devices' locks
 // and rolls back (releaseSharing) on error.
 func (m *Manager) applySharing(ctx context.Context, c *claimState) error {
 	rec := c.rec
@@ -38,7 +38,7 @@ func (m *Manager) applySharing(ctx context.Context, c *claimState) error {
 	for i := range devs {
 		devs[i].Memory = m.deviceMemory(devs[i].Name)
 	}
-	daemon, err := sharing.PlanMPS(devs)
+	daemons, err := sharing.PlanMPS(devs)
 	if err != nil {
 		return err
 	}
@@ -70,16 +70,23 @@ func (m *Manager) applySharing(ctx context.Context, c *claimState) error {
 		}
 		failpoint.Inject(failpoint.PrepareTimeSliceSet)
 	}
-	if daemon == nil {
+	if len(daemons) == 0 {
 		return nil
 	}
 	if m.cfg.MPS == nil {
 		return fmt.Errorf("%w: MPS is not available on node %s (the plugin runs without an MPS control binary)", sharing.ErrNoTool, m.cfg.PoolName)
 	}
-	if err := m.cfg.MPS.Start(ctx, rec.UID, daemon); err != nil {
-		return err
+	// One daemon per configuration group; the caller's rollback
+	// (releaseSharing) stops those started before one that failed.
+	for _, d := range daemons {
+		if err := m.cfg.MPS.Start(ctx, rec.UID, d); err != nil {
+			if len(daemons) > 1 {
+				return fmt.Errorf("MPS control daemon %d of %d (devices %s): %w", d.Group+1, len(daemons), strings.Join(d.Devices, ", "), err)
+			}
+			return err
+		}
 	}
-	rec.MPS = mpsRecord(daemon)
+	setMPS(rec, daemons)
 	return nil
 }
 
@@ -289,11 +296,14 @@ func (m *Manager) restoreSharing(ctx context.Context, c *claimState) (bool, erro
 	return m.ensureMPS(ctx, c.rec)
 }
 
-// withSharingEdits adds what reaching the claim's MPS daemon needs.
-func withSharingEdits(d cdi.ClaimDevice, uuid string, mps *sharing.MPSDaemon) cdi.ClaimDevice {
-	env, mounts := sharing.ContainerEdits(mps, uuid, d.RequestUUIDs)
-	d.Env = append(d.Env, env...)
-	d.Mounts = append(d.Mounts, mounts...)
+// withSharingEdits adds what reaching the MPS daemon of the device's
+// configuration group needs (each device is served by one daemon at most).
+func withSharingEdits(d cdi.ClaimDevice, uuid string, daemons []*sharing.MPSDaemon) cdi.ClaimDevice {
+	for _, mps := range daemons {
+		env, mounts := sharing.ContainerEdits(mps, uuid, d.RequestUUIDs)
+		d.Env = append(d.Env, env...)
+		d.Mounts = append(d.Mounts, mounts...)
+	}
 	return d
 }
 

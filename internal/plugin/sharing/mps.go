@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +33,9 @@ const (
 type MPSOptions struct {
 	// ControlPath is nvidia-cuda-mps-control (real) or the fake one.
 	ControlPath string
-	// Root holds one directory per claim (<Root>/<claimUID>/{pipe,log}); it
+	// Root holds one directory per claim (<Root>/<claimUID>/{pipe,log,shm}
+	// for its daemon of group 0, <Root>/<claimUID>/group-<n>/… for the
+	// others); it
 	// must be a host path, because it is mounted into containers, and every
 	// plugin instance of the node (two during a rolling update) must use the
 	// same one.
@@ -54,7 +58,8 @@ type MPSOptions struct {
 	ShmSize string
 }
 
-// MPSControl starts, adopts and stops one MPS control daemon per claim.
+// MPSControl starts, adopts and stops the MPS control daemons of claims,
+// one per configuration group of a claim (PlanMPS).
 //
 // A daemon is identified by its control pipe answering a harmless query
 // (probe), not by a PID. The plugin may run in a PID namespace of its own
@@ -106,12 +111,41 @@ func NewMPSControl(opts MPSOptions) (*MPSControl, error) {
 	return c, nil
 }
 
-// ClaimDir is the directory of a claim's daemon.
+// ClaimDir is the directory of a claim's daemons: that of its group 0,
+// which holds the directories of its further groups (DaemonDir).
 func (c *MPSControl) ClaimDir(claimUID string) string { return filepath.Join(c.opts.Root, claimUID) }
+
+// groupDirPrefix + the group number names the directory of a further
+// group's daemon inside the claim's directory.
+const groupDirPrefix = "group-"
+
+// DaemonDir is the directory of the claim's daemon of group: the claim's
+// directory for group 0 (where a claim's one daemon lived before claims
+// had a daemon per configuration group), <claim dir>/group-<n> otherwise.
+func (c *MPSControl) DaemonDir(claimUID string, group int) string {
+	if group == 0 {
+		return c.ClaimDir(claimUID)
+	}
+	return filepath.Join(c.ClaimDir(claimUID), groupDirPrefix+strconv.Itoa(group))
+}
+
+// groupsInDir lists the further groups (1, 2, …) whose directories exist
+// in a claim's directory.
+func groupsInDir(claimDir string) []int {
+	entries, _ := os.ReadDir(claimDir)
+	var out []int
+	for _, e := range entries {
+		n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), groupDirPrefix))
+		if e.IsDir() && strings.HasPrefix(e.Name(), groupDirPrefix) && err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
 
 // Start starts the daemon described by d (Devices and limits set; Dir and,
 // where the runner knows it, PID are filled in) and applies its settings.
-// A daemon that still answers in the claim's directory (an interrupted
+// A daemon that still answers in its directory (DaemonDir; an interrupted
 // earlier attempt, whichever plugin instance made it) is stopped first; if
 // it does not stop, Start fails and leaves it and its directory alone. On
 // error nothing Start started is left running.
@@ -122,8 +156,8 @@ func (c *MPSControl) Start(ctx context.Context, claimUID string, d *MPSDaemon) e
 	if c.opts.ControlPath == "" {
 		return fmt.Errorf("start MPS control daemon: %w: no nvidia-cuda-mps-control configured (--mps-control-path)", ErrNoTool)
 	}
-	d.Dir = c.ClaimDir(claimUID)
-	existed, err := c.readyDir(ctx, claimUID, d.Dir)
+	d.Dir = c.DaemonDir(claimUID, d.Group)
+	existed, err := c.readyDir(ctx, claimUID, d.Group, d.Dir)
 	if err != nil {
 		return err
 	}
@@ -167,11 +201,11 @@ func (c *MPSControl) Start(ctx context.Context, claimUID string, d *MPSDaemon) e
 // pipe, what a dead one left in the pipe directory is removed. The
 // directories themselves are kept, so that the bind mounts of the claim's
 // containers keep pointing at the directory the new daemon listens in.
-func (c *MPSControl) readyDir(ctx context.Context, claimUID, dir string) (bool, error) {
+func (c *MPSControl) readyDir(ctx context.Context, claimUID string, group int, dir string) (bool, error) {
 	_, err := os.Lstat(dir)
 	existed := err == nil
 	if existed {
-		if err := c.runner.Stop(ctx, claimUID, dir); err != nil {
+		if err := c.runner.Stop(ctx, claimUID, group, dir); err != nil {
 			return true, err
 		}
 		c.clearPipeDir(ctx, dir)
@@ -219,8 +253,8 @@ type EnsureResult struct {
 	Reason string
 }
 
-// Ensure makes sure the daemon of a prepared claim runs: a daemon that
-// answers in the claim's directory is adopted, whichever plugin instance
+// Ensure makes sure the daemon d of a prepared claim runs: a daemon that
+// answers in its directory is adopted, whichever plugin instance
 // started it; otherwise the dead daemon's leftovers are removed and a new
 // one is started with the same settings (d.PID changes), and the result
 // says so. If that start fails, the result still says why the old daemon
@@ -229,8 +263,9 @@ func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *MPSDaemon) 
 	if err := model.ValidateUID(claimUID); err != nil {
 		return EnsureResult{}, err
 	}
-	logger := klog.FromContext(ctx).WithValues("claimUID", claimUID)
-	err := c.probe(ctx, c.ClaimDir(claimUID))
+	logger := klog.FromContext(ctx).WithValues("claimUID", claimUID, "group", d.Group)
+	dir := c.DaemonDir(claimUID, d.Group)
+	err := c.probe(ctx, dir)
 	if err != nil {
 		// One more try, so that a daemon busy for a moment is not replaced.
 		select {
@@ -238,7 +273,7 @@ func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *MPSDaemon) 
 			return EnsureResult{}, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
-		err = c.probe(ctx, c.ClaimDir(claimUID))
+		err = c.probe(ctx, dir)
 	}
 	if err == nil {
 		logger.V(3).Info("Adopted running MPS control daemon", "recordedPID", d.PID)
@@ -252,31 +287,51 @@ func (c *MPSControl) Ensure(ctx context.Context, claimUID string, d *MPSDaemon) 
 	return res, nil
 }
 
-// StopClaim stops the daemon of a claim, if any, through its pipe, and
-// removes its directories. It finds the daemon by its pipe, not by a PID,
-// so it also stops one that another plugin instance started, or whose
-// record never got the PID. Stopping a claim without a daemon succeeds. A
-// daemon that still answers after "quit" (and cannot be killed because its
-// process is not visible here) fails the call and keeps its directory.
+// StopClaim stops every daemon of a claim, if any, through its pipe, and
+// removes their directories: the daemons of further groups first (their
+// directories are inside the claim's), then group 0's. It finds the
+// daemons by their directories and the runner's list, not by the record,
+// so it also stops one that another plugin instance started, whose record
+// never got it, or whose directory is already gone (a crash between the
+// removal of a directory and the end of its Pod). Stopping a claim without
+// a daemon succeeds. A daemon that still answers after "quit" (and cannot
+// be killed because its process is not visible here) fails the call and
+// keeps its directory.
 func (c *MPSControl) StopClaim(ctx context.Context, claimUID string) error {
 	if err := model.ValidateUID(claimUID); err != nil {
 		return err
 	}
 	dir := c.ClaimDir(claimUID)
-	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
-		// No directory, but a runner's daemon may remain (a crash between
-		// the removal of the directory and the end of its Pod).
-		if err := c.runner.Stop(ctx, claimUID, dir); err != nil {
-			return fmt.Errorf("stop the MPS control daemon of claim %s: %w", claimUID, err)
-		}
-		return nil
+	groups := groupsInDir(dir)
+	launched, err := c.runner.Daemons(ctx)
+	if err != nil {
+		return fmt.Errorf("stop the MPS control daemons of claim %s: %w", claimUID, err)
 	}
-	if err := c.runner.Stop(ctx, claimUID, dir); err != nil {
-		return fmt.Errorf("stop the MPS control daemon of claim %s: %w", claimUID, err)
+	for _, l := range launched {
+		if l.ClaimUID == claimUID && l.Group > 0 && !slices.Contains(groups, l.Group) {
+			groups = append(groups, l.Group)
+		}
+	}
+	slices.Sort(groups)
+	for _, g := range append(groups, 0) {
+		if err := c.stopDaemonDir(ctx, claimUID, g, c.DaemonDir(claimUID, g)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopDaemonDir stops one daemon of a claim and removes its directory.
+func (c *MPSControl) stopDaemonDir(ctx context.Context, claimUID string, group int, dir string) error {
+	if err := c.runner.Stop(ctx, claimUID, group, dir); err != nil {
+		return fmt.Errorf("stop the MPS control daemon of claim %s (group %d): %w", claimUID, group, err)
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
 	}
 	c.releaseShm(ctx, dir)
 	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove MPS directory of claim %s: %w", claimUID, err)
+		return fmt.Errorf("remove MPS directory %s of claim %s: %w", dir, claimUID, err)
 	}
 	return nil
 }
@@ -296,12 +351,12 @@ func (c *MPSControl) Orphans(ctx context.Context, isKnown func(claimUID string) 
 			out = append(out, e.Name())
 		}
 	}
-	launched, err := c.runner.Claims(ctx)
+	launched, err := c.runner.Daemons(ctx)
 	if err != nil {
 		return out, fmt.Errorf("list MPS control daemons: %w", err)
 	}
-	for _, uid := range launched {
-		if model.ValidateUID(uid) == nil && !isKnown(uid) && !slices.Contains(out, uid) {
+	for _, l := range launched {
+		if uid := l.ClaimUID; model.ValidateUID(uid) == nil && !isKnown(uid) && !slices.Contains(out, uid) {
 			out = append(out, uid)
 		}
 	}

@@ -186,3 +186,57 @@ func TestMPSControlStopsStubbornAndHungDaemons(t *testing.T) {
 	c.opts.ProbeTimeout = 5 * time.Second
 	require.NoError(t, c.probe(ctx, d.Dir))
 }
+
+// TestMPSControlTwoGroups: a claim's daemons of two configuration groups
+// run side by side, each in its own directory with its own settings; a
+// restarted plugin adopts both, one that died is replaced alone, and
+// StopClaim stops both (also when a crash left group 1 without group 0).
+func TestMPSControlTwoGroups(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	c := newMPS(t, fakeControl(), "")
+	d0 := &MPSDaemon{Devices: []string{gpuA}, ActiveThreadPercentage: 20}
+	d1 := &MPSDaemon{Group: 1, Devices: []string{gpuB}, ActiveThreadPercentage: 50}
+	require.NoError(t, c.Start(ctx, uid, d0))
+	require.NoError(t, c.Start(ctx, uid, d1))
+	require.Equal(t, c.ClaimDir(uid), d0.Dir, "group 0 keeps the directory of a claim's one daemon")
+	require.Equal(t, filepath.Join(c.ClaimDir(uid), "group-1"), d1.Dir)
+	require.NotEqual(t, d0.PID, d1.PID)
+	for _, tc := range []struct {
+		d   *MPSDaemon
+		pct int
+	}{{d0, 20}, {d1, 50}} {
+		st, err := readFakeState(filepath.Join(tc.d.Dir, logSubdir))
+		require.NoError(t, err)
+		require.Equal(t, tc.pct, st.ActiveThreadPercentage)
+	}
+
+	c2 := newMPS(t, fakeControl(), c.opts.Root)
+	for _, d := range []*MPSDaemon{d0, d1} {
+		res, err := c2.Ensure(ctx, uid, d)
+		require.NoError(t, err)
+		require.False(t, res.Replaced, "group %d adopted", d.Group)
+	}
+	require.NoError(t, c.stopDaemon(ctx, d1.Dir))
+	old1 := d1.PID
+	res, err := c2.Ensure(ctx, uid, d1)
+	require.NoError(t, err)
+	require.True(t, res.Replaced)
+	require.NoError(t, c2.probe(ctx, d1.Dir))
+	require.NotEqual(t, old1, d1.PID)
+	require.True(t, alive(d0.PID), "group 0 is left alone")
+
+	require.NoError(t, c2.StopClaim(ctx, uid))
+	require.False(t, alive(d0.PID))
+	require.False(t, alive(d1.PID))
+	require.NoDirExists(t, c.ClaimDir(uid))
+
+	// Only group 1 left (a crash during a prepare): found by its directory.
+	d1 = &MPSDaemon{Group: 1, Devices: []string{gpuB}}
+	require.NoError(t, c.Start(ctx, uid, d1))
+	orphans, err := c.Orphans(ctx, func(string) bool { return false })
+	require.NoError(t, err)
+	require.Equal(t, []string{uid}, orphans)
+	require.NoError(t, c.StopClaim(ctx, uid))
+	require.False(t, alive(d1.PID))
+	require.NoDirExists(t, c.ClaimDir(uid))
+}

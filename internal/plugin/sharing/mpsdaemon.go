@@ -91,9 +91,9 @@ func (c *MPSControl) waitAnswering(ctx context.Context, claimUID string, d *MPSD
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("MPS control daemon exited at start: %s", c.runner.Describe(ctx, claimUID, d.Dir))
+			return fmt.Errorf("MPS control daemon exited at start: %s", c.runner.Describe(ctx, claimUID, d.Group, d.Dir))
 		case <-deadline.C:
-			return fmt.Errorf("MPS control daemon did not answer within %s (%w): %s", c.opts.StartTimeout, err, c.runner.Describe(ctx, claimUID, d.Dir))
+			return fmt.Errorf("MPS control daemon did not answer within %s (%w): %s", c.opts.StartTimeout, err, c.runner.Describe(ctx, claimUID, d.Group, d.Dir))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(delay):

@@ -72,15 +72,17 @@ func (p processRunner) Abort(_ context.Context, _ string, d *MPSDaemon) {
 }
 
 // Stop implements DaemonRunner through the pipe ("quit"; see stopDaemon).
-func (p processRunner) Stop(ctx context.Context, _ string, dir string) error {
+func (p processRunner) Stop(ctx context.Context, _ string, _ int, dir string) error {
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil // a process daemon is reached only through its directory
 	}
 	return p.c.stopDaemon(ctx, dir)
 }
 
-// Claims implements DaemonRunner: processes are found by their directories.
-func (processRunner) Claims(context.Context) ([]string, error) { return nil, nil }
+// Daemons implements DaemonRunner: processes are found by their directories.
+func (processRunner) Daemons(context.Context) ([]DaemonRef, error) { return nil, nil }
 
 // Describe implements DaemonRunner: the end of the daemon's output.
-func (p processRunner) Describe(_ context.Context, _ string, dir string) string { return p.c.tail(dir) }
+func (p processRunner) Describe(_ context.Context, _ string, _ int, dir string) string {
+	return p.c.tail(dir)
+}

@@ -1,6 +1,7 @@
 package sharing
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -18,11 +19,15 @@ import (
 // the allocated devices, e.g. an MPS limit above a consumable share.
 var ErrUnenforceable = errors.New("sharing configuration cannot be honoured")
 
-// MPSDaemon is the MPS control daemon of a claim: what PlanMPS decides (the
-// devices it serves and its settings) and, once MPSControl.Start has run it,
-// where it runs. The caller keeps it (internal/plugin/prepare records it in the claim's
+// MPSDaemon is one MPS control daemon of a claim, that of one
+// configuration group: what PlanMPS decides (the devices it serves and its
+// settings) and, once MPSControl.Start has run it, where it runs. The
+// caller keeps it (internal/plugin/prepare records it in the claim's
 // checkpoint record).
 type MPSDaemon struct {
+	// Group numbers the claim's daemons from 0. Group 0's directory and
+	// Pod are named after the claim alone, as when a claim had one daemon.
+	Group int
 	// Devices are the UUIDs the daemon serves, in its device-ordinal order.
 	Devices []string
 	// ActiveThreadPercentage is the default for clients; 0 means unset.
@@ -118,21 +123,23 @@ func Check(devs []Device) error {
 	return nil
 }
 
-// PlanMPS returns the daemon a claim needs for its devices (nil if none uses
-// MPS): the devices in order and their settings. It refuses settings that
-// cannot be honoured, with a message that says what to change.
-func PlanMPS(devs []Device) (*MPSDaemon, error) {
+// PlanMPS returns the MPS control daemons a claim needs for its devices
+// (none if no device uses MPS): one per configuration group, as NVIDIA's
+// driver runs one per configuration of a claim. Devices whose effective MPS
+// settings are equal form one group, served by one daemon with the group's
+// thread percentage and each device's pinned-memory limit; groups are in
+// the order of their first device, and daemon i has Group i. It refuses
+// settings that cannot be honoured, with a message that says what to
+// change.
+func PlanMPS(devs []Device) ([]*MPSDaemon, error) {
 	if err := Check(devs); err != nil {
 		return nil, err
 	}
-	var d *MPSDaemon
-	threadsFrom := ""
+	var daemons []*MPSDaemon
+	groups := map[string]*MPSDaemon{}
 	for _, dev := range devs {
 		if !dev.usesMPS() {
 			continue
-		}
-		if d == nil {
-			d = &MPSDaemon{}
 		}
 		var cfg *v1alpha1.MpsConfig
 		if dev.Strategy() == v1alpha1.MPSStrategy {
@@ -141,12 +148,18 @@ func PlanMPS(devs []Device) (*MPSDaemon, error) {
 		if cfg == nil {
 			cfg = &v1alpha1.MpsConfig{}
 		}
-		if p := cfg.DefaultActiveThreadPercentage; p != nil {
-			if d.ActiveThreadPercentage != 0 && d.ActiveThreadPercentage != *p {
-				return nil, fmt.Errorf("%w: %s asks for defaultActiveThreadPercentage %d, %s for %d; the claim's GPUs share one MPS "+
-					"control daemon, so all its MPS configurations must use the same value", ErrUnenforceable, dev.Name, *p, threadsFrom, d.ActiveThreadPercentage)
+		key, err := json.Marshal(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("MPS configuration of %s: %w", dev.Name, err)
+		}
+		d := groups[string(key)]
+		if d == nil {
+			d = &MPSDaemon{Group: len(daemons)}
+			if p := cfg.DefaultActiveThreadPercentage; p != nil {
+				d.ActiveThreadPercentage = *p
 			}
-			d.ActiveThreadPercentage, threadsFrom = *p, dev.Name
+			groups[string(key)] = d
+			daemons = append(daemons, d)
 		}
 		limit, err := pinnedLimit(dev, cfg)
 		if err != nil {
@@ -155,10 +168,12 @@ func PlanMPS(devs []Device) (*MPSDaemon, error) {
 		d.Devices = append(d.Devices, dev.UUID)
 		d.PinnedMemoryLimits = append(d.PinnedMemoryLimits, limit)
 	}
-	if d != nil && !slices.ContainsFunc(d.PinnedMemoryLimits, func(l int64) bool { return l > 0 }) {
-		d.PinnedMemoryLimits = nil
+	for _, d := range daemons {
+		if !slices.ContainsFunc(d.PinnedMemoryLimits, func(l int64) bool { return l > 0 }) {
+			d.PinnedMemoryLimits = nil
+		}
 	}
-	return d, nil
+	return daemons, nil
 }
 
 // pinnedLimit is the device's limit in bytes (0: none): its per-device
@@ -222,7 +237,7 @@ func pinnedLimit(dev Device, cfg *v1alpha1.MpsConfig) (int64, error) {
 }
 
 // ContainerEdits returns what a container using device uuid (seeing
-// visible, in that order) needs to reach the claim's MPS daemon: the pipe
+// visible, in that order) needs to reach its group's MPS daemon d: the pipe
 // and log directories and the limits, as environment the CUDA client reads.
 // It returns nothing if the daemon does not serve uuid.
 func ContainerEdits(d *MPSDaemon, uuid string, visible []string) ([]string, []*cdispec.Mount) {

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// DaemonRunner runs the control daemon process of a claim: MPSControl keeps
+// DaemonRunner runs the control daemon processes of a claim (one per
+// configuration group): MPSControl keeps
 // the claim's bookkeeping (its directories, the probe through the pipe, the
 // settings, orphans) and asks the runner only to start, stop and list the
 // processes. Two runners exist: the plugin's own child processes
@@ -20,18 +21,24 @@ type DaemonRunner interface {
 	// d.PID. exited, if not nil, is closed when the daemon is known to have
 	// ended (the start then failed); Start does not wait for it to answer.
 	Start(ctx context.Context, claimUID string, d *MPSDaemon) (exited <-chan struct{}, err error)
-	// Stop ends the daemon of the claim (directory dir), if any runs, and
-	// waits until it is gone. It returns an error if it may still run;
+	// Stop ends the claim's daemon of group (directory dir), if any runs,
+	// and waits until it is gone. It returns an error if it may still run;
 	// the caller then keeps dir.
-	Stop(ctx context.Context, claimUID, dir string) error
+	Stop(ctx context.Context, claimUID string, group int, dir string) error
 	// Abort ends what a failed Start left running (best effort).
 	Abort(ctx context.Context, claimUID string, d *MPSDaemon)
-	// Claims lists the claim UIDs that have a daemon of this runner, found
-	// other than through their directories (nil: only directories count).
-	Claims(ctx context.Context) ([]string, error)
-	// Describe says what is known about the claim's daemon, for an error
-	// message (the end of its output, the Pod's state).
-	Describe(ctx context.Context, claimUID, dir string) string
+	// Daemons lists the daemons of this runner, found other than through
+	// their directories (nil: only directories count).
+	Daemons(ctx context.Context) ([]DaemonRef, error)
+	// Describe says what is known about the claim's daemon of group, for
+	// an error message (the end of its output, the Pod's state).
+	Describe(ctx context.Context, claimUID string, group int, dir string) string
+}
+
+// DaemonRef names one daemon: its claim and configuration group.
+type DaemonRef struct {
+	ClaimUID string
+	Group    int
 }
 
 // RunnerOptions are the timeouts that fit a runner: a Pod starts and stops

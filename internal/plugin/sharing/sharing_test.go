@@ -56,6 +56,7 @@ func TestMain(m *testing.M) {
 const (
 	gpuA = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 	gpuB = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
+	gpuC = "GPU-cccccccc-0000-0000-0000-000000000000"
 	uid  = "12345678-0000-0000-0000-000000000001"
 )
 
@@ -128,14 +129,10 @@ func TestPlanMPS(t *testing.T) {
 		{name: "a device named by ordinal and by UUID", devs: []Device{{UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{
 			PerDevicePinnedMemoryLimits: map[string]resource.Quantity{gpuA: *gi(1), "0": *gi(2)}}), RequestUUIDs: both}},
 			wantErr: `both "0" and "` + gpuA + `" name device ` + gpuA},
-		{name: "differing thread percentages in one claim", devs: []Device{
-			{Name: "gpu-0", UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{DefaultActiveThreadPercentage: ptr.To[int32](30)}), RequestUUIDs: []string{gpuA}},
-			{Name: "gpu-1", UUID: gpuB, Config: mpsParams(v1alpha1.MpsConfig{DefaultActiveThreadPercentage: ptr.To[int32](60)}), RequestUUIDs: []string{gpuB}},
-		}, wantErr: "gpu-1 asks for defaultActiveThreadPercentage 60, gpu-0 for 30"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := PlanMPS(tc.devs)
+			daemons, err := PlanMPS(tc.devs)
 			if tc.wantErr != "" {
 				require.ErrorIs(t, err, ErrUnenforceable)
 				require.ErrorContains(t, err, tc.wantErr)
@@ -143,14 +140,82 @@ func TestPlanMPS(t *testing.T) {
 			}
 			require.NoError(t, err)
 			if tc.wantNil {
-				require.Nil(t, d)
+				require.Empty(t, daemons)
 				return
 			}
+			require.Len(t, daemons, 1)
+			d := daemons[0]
 			require.Equal(t, tc.wantDevs, d.Devices)
 			require.Equal(t, tc.wantLimits, d.PinnedMemoryLimits)
 			require.Equal(t, tc.wantPct, d.ActiveThreadPercentage)
 		})
 	}
+}
+
+// TestPlanMPSGroups: one daemon per configuration group, as NVIDIA's driver
+// runs one per configuration of a claim; devices with equal MPS settings
+// share one.
+func TestPlanMPSGroups(t *testing.T) {
+	pct := func(p int32) *v1alpha1.GpuClaimParameters {
+		return mpsParams(v1alpha1.MpsConfig{DefaultActiveThreadPercentage: ptr.To(p)})
+	}
+	type group struct {
+		devs   []string
+		pct    int32
+		limits []int64
+	}
+	tests := []struct {
+		name string
+		devs []Device
+		want []group
+	}{
+		{name: "percentages 20 and 50: two daemons", devs: []Device{
+			{Name: "gpu-0", UUID: gpuA, Config: pct(20), RequestUUIDs: []string{gpuA}},
+			{Name: "gpu-1", UUID: gpuB, Config: pct(50), RequestUUIDs: []string{gpuB}},
+		}, want: []group{{devs: []string{gpuA}, pct: 20}, {devs: []string{gpuB}, pct: 50}}},
+		{name: "the same settings: one daemon", devs: []Device{
+			{UUID: gpuA, Config: pct(20), RequestUUIDs: []string{gpuA}},
+			{UUID: gpuB, Config: pct(20), RequestUUIDs: []string{gpuB}},
+		}, want: []group{{devs: []string{gpuA, gpuB}, pct: 20}}},
+		{name: "differing limits: two daemons, each with its device's limit", devs: []Device{
+			{UUID: gpuA, Config: mpsParams(v1alpha1.MpsConfig{DefaultPinnedDeviceMemoryLimit: gi(2)}), RequestUUIDs: []string{gpuA}},
+			{UUID: gpuB, Config: mpsParams(v1alpha1.MpsConfig{}), RequestUUIDs: []string{gpuB}},
+		}, want: []group{{devs: []string{gpuA}, limits: []int64{2 << 30}}, {devs: []string{gpuB}}}},
+		{name: "an exclusive device between two groups gets none", devs: []Device{
+			{UUID: gpuA, Config: pct(50), RequestUUIDs: []string{gpuA}},
+			{UUID: gpuC, RequestUUIDs: []string{gpuC}},
+			{UUID: gpuB, Config: pct(20), RequestUUIDs: []string{gpuB}},
+		}, want: []group{{devs: []string{gpuA}, pct: 50}, {devs: []string{gpuB}, pct: 20}}},
+		{name: "a share limited to its memory and an MPS device with a percentage", devs: []Device{
+			{UUID: gpuA, RequestUUIDs: []string{gpuA}, Share: true, ShareMemory: 4 << 30},
+			{UUID: gpuB, Config: pct(30), RequestUUIDs: []string{gpuB}},
+		}, want: []group{{devs: []string{gpuA}, limits: []int64{4 << 30}}, {devs: []string{gpuB}, pct: 30}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			daemons, err := PlanMPS(tc.devs)
+			require.NoError(t, err)
+			require.Len(t, daemons, len(tc.want))
+			for i, w := range tc.want {
+				require.Equal(t, i, daemons[i].Group)
+				require.Equal(t, w.devs, daemons[i].Devices)
+				require.Equal(t, w.pct, daemons[i].ActiveThreadPercentage)
+				require.Equal(t, w.limits, daemons[i].PinnedMemoryLimits)
+			}
+		})
+	}
+}
+
+// TestContainerEditsPerGroup: a device's container reaches only the daemon
+// of its own group: its pipe directory and its percentage.
+func TestContainerEditsPerGroup(t *testing.T) {
+	d0 := &MPSDaemon{Dir: "/mps/x", Devices: []string{gpuA}, ActiveThreadPercentage: 20}
+	d1 := &MPSDaemon{Group: 1, Dir: "/mps/x/group-1", Devices: []string{gpuB}, ActiveThreadPercentage: 50}
+	env, mounts := ContainerEdits(d1, gpuB, []string{gpuB})
+	require.Contains(t, env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50")
+	require.Equal(t, "/mps/x/group-1/pipe", mounts[0].HostPath)
+	env, _ = ContainerEdits(d0, gpuB, []string{gpuB})
+	require.Empty(t, env, "group 0's daemon does not serve gpuB")
 }
 
 func TestContainerEdits(t *testing.T) {
