@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,10 +45,11 @@ import (
 // the simulated driver root read-only (the chart's rule for a real root:
 // the simulated NVML then cannot create its state file, nor the plugin
 // write the fake sysfs), and its Bidirectional plugin directory needs a
-// shared mount, which the nodes' /var/lib/kubelet is not. Neither was tried. The vfio
-// DeviceClass the chart would then install is created by the test (the
-// controller's own, deviceclass.BaseClassesFor). Native mode only: the
-// NVIDIA mode's VfioDeviceConfig needs the controller's --passthrough too.
+// shared mount, which the nodes' /var/lib/kubelet is not. Neither was
+// tried. In the native mode (subtest gpudra) the test creates the vfio
+// DeviceClass the chart would install (the controller's own,
+// deviceclass.BaseClassesFor); in the NVIDIA mode (subtest nvidia) the
+// controller gets its --passthrough from controller.extraArgs.
 //
 // Only the success path: the simulated kernel acts after the plugin's write
 // returned, so a refusal (EBUSY, ENODEV) cannot reach the plugin; those are
@@ -56,15 +58,64 @@ func TestPassthrough(t *testing.T) {
 	const node = "gpu-vfio"
 	t.Cleanup(func() { clusterCmd(t, "remove-node", node) })
 	clusterCmd(t, "add-node", node+"=l4", "--passthrough")
-	ensureVFIOClass(t)
+
+	t.Run("gpudra", func(t *testing.T) {
+		ensureVFIOClass(t)
+		devs := waitVFIODevices(t, node, 2)
+		ns := namespace(t)
+		createClaim(t, ns, "vm-gpu", compat.NativeVFIOClass, "")
+		createPod(t, ns, "vm", node, "vm-gpu", vfioScript("vm-gpu", "vm"))
+		passThroughAndBack(t, ns, node, devs, compat.Default().GPUClass, false)
+	})
+	t.Run("nvidia", func(t *testing.T) { testNVIDIAPassthrough(t, node) })
+}
+
+// testNVIDIAPassthrough is the same in the compatibility mode, from an
+// NVIDIA-format manifest (testdata/nvidia/vfio.yaml: a claim of class
+// vfio.gpu.nvidia.com with a VfioDeviceConfig asking for the legacy IOMMU
+// API device, and its pod). The controller gets --passthrough through
+// controller.extraArgs, for the reason TestPassthrough gives: it then makes
+// the class and its webhook accepts the VfioDeviceConfig. The native chart
+// is installed again at the end.
+func testNVIDIAPassthrough(t *testing.T, node string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	t.Cleanup(func() {
+		if err := realCluster.InstallDriver(context.Background()); err != nil {
+			t.Errorf("reinstalling the native chart: %v", err)
+		}
+		removeOtherDriversClasses(t, compat.NVIDIADriverName)
+	})
+	if err := realCluster.InstallDriver(ctx, "compatibility=nvidia", "controller.extraArgs={--passthrough}"); err != nil {
+		t.Fatalf("install in NVIDIA compatibility mode with the controller's --passthrough: %v", err)
+	}
+	prev := driver
+	driver = compat.NVIDIADriverName
+	t.Cleanup(func() { driver = prev })
+	names := compat.MustResolve(compat.Flags{Compatibility: "nvidia", Passthrough: true})
+	waitDeviceClass(t, names.VFIOClass)
 	devs := waitVFIODevices(t, node, 2)
 
 	ns := namespace(t)
-	ctx := context.Background()
-	createClaim(t, ns, "vm-gpu", compat.NativeVFIOClass, "")
-	createPod(t, ns, "vm", node, "vm-gpu", vfioScript("vm-gpu", "vm"))
-	waitRunning(t, ns, "vm")
+	manifest := nvidiaManifest(t, "vfio.yaml")
+	if meta := drametadata.ResourceClaimFilePath(driver, "vm-gpu", "vm"); !strings.Contains(manifest, meta) {
+		t.Fatalf("testdata/nvidia/vfio.yaml must print the device metadata at %s", meta)
+	}
+	applyYAML(t, ns, manifest)
+	passThroughAndBack(t, ns, node, devs, names.GPUClass, true)
+}
 
+// passThroughAndBack follows the claim vm-gpu (request vm) of pod vm on
+// node, created by the caller: the pod runs and sees /dev/vfio/<group> of
+// the allocated GPU (and /dev/vfio/vfio with apiDevice), the fake root's
+// sysfs shows the GPU on vfio-pci, the device metadata with its pciBusID
+// is on the node and in the container, the GPU's ordinary device (class
+// gpuClass) cannot be allocated meanwhile; after pod and claim are deleted
+// the GPU is on nvidia with no override and a pod gets its ordinary device.
+func passThroughAndBack(t *testing.T, ns, node string, devs map[string]vfioDevice, gpuClass string, apiDevice bool) {
+	t.Helper()
+	ctx := context.Background()
+	waitRunning(t, ns, "vm")
 	claim, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, "vm-gpu", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +132,14 @@ func TestPassthrough(t *testing.T) {
 	t.Logf("vm-gpu: %s, PCI %s, IOMMU group %d", res.Device, dev.pciBusID, group)
 
 	out := podLog(t, ns, "vm", "end-of-report")
-	if got, want := vfioNodes(out), []string{vfio.GroupPath(group)}; !slices.Equal(got, want) {
+	want := []string{vfio.GroupPath(group)}
+	if apiDevice {
+		want = append(want, vfio.ContainerPath)
+	}
+	got := vfioNodes(out)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
 		t.Errorf("the VM's pod sees %v in /dev/vfio, want %v\n%s", got, want, out)
 	}
 	waitSysfs(t, node, dev.pciBusID, vfio.DriverVFIO, vfio.DriverVFIO)
@@ -98,7 +156,7 @@ func TestPassthrough(t *testing.T) {
 
 	// While the VM holds the GPU, its ordinary device is not allocatable
 	// (both consume the GPU's passthrough counter).
-	createClaim(t, ns, "held", compat.Default().GPUClass, dev.uuid)
+	createClaim(t, ns, "held", gpuClass, dev.uuid)
 	createPod(t, ns, "held", node, "held", "sleep 1d")
 	waitUnschedulable(t, ns, "held")
 	deletePod(t, ns, "held")
@@ -108,10 +166,24 @@ func TestPassthrough(t *testing.T) {
 	deleteClaim(t, ns, "vm-gpu")
 	waitSysfs(t, node, dev.pciBusID, vfio.DriverNVIDIA, "(null)")
 
-	createClaim(t, ns, "after", compat.Default().GPUClass, dev.uuid)
+	createClaim(t, ns, "after", gpuClass, dev.uuid)
 	createPod(t, ns, "after", node, "after", "gpudra-gpus -v; echo end-of-report")
 	waitRunning(t, ns, "after")
 	assertSeesAllocation(t, ns, "after", "ctr")
+	deletePod(t, ns, "after")
+	deleteClaim(t, ns, "after")
+}
+
+// waitDeviceClass waits until the DeviceClass exists (the controller makes it).
+func waitDeviceClass(t *testing.T, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.ResourceV1().DeviceClasses().Get(ctx, name, metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("DeviceClass %s: the controller did not make it: %v", name, err)
+	}
 }
 
 // vfioDevice is what the test needs of a vfio device of the ResourceSlices.
@@ -196,7 +268,7 @@ func createClaim(t *testing.T, ns, name, class, uuid string) {
 }
 
 func requestName(class string) string {
-	if class == compat.NativeVFIOClass {
+	if class == compat.NativeVFIOClass || class == compat.NVIDIAVFIOClass {
 		return "vm"
 	}
 	return "gpu"
