@@ -67,7 +67,7 @@ func testComputeDomainOperations(t *testing.T) {
 
 	// The right tray leaves: its Node is deleted, so are its pods.
 	clusterCmd(t, "remove-node", right)
-	waitPodGone(t, ns, "right-0")
+	waitPodRemoved(t, ns, "right-0")
 	waitDomainNodes(t, ns, "right", 0)
 	// ... and joins again, as a fresh node of the same name.
 	clusterCmd(t, "add-node", right+"=gb200-nvl72-tray")
@@ -125,8 +125,8 @@ func assertKeptRunning(t *testing.T, ns, what string, names ...string) {
 	}
 }
 
-// waitPodGone waits until the pod no longer exists.
-func waitPodGone(t *testing.T, ns, name string) {
+// waitPodRemoved waits until the pod no longer exists.
+func waitPodRemoved(t *testing.T, ns, name string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
