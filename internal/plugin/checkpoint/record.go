@@ -122,6 +122,19 @@ func (r *ClaimRecord) MPSDaemons() []*MPSDaemon {
 	return out
 }
 
+// SetMPSDaemons records the claim's MPS control daemons, group 0's first
+// (none: no daemon), in the fields MPSDaemons reads them from.
+func (r *ClaimRecord) SetMPSDaemons(daemons []MPSDaemon) {
+	r.MPS, r.MPSGroups = nil, nil
+	if len(daemons) == 0 {
+		return
+	}
+	r.MPS = &daemons[0]
+	if len(daemons) > 1 {
+		r.MPSGroups = daemons[1:]
+	}
+}
+
 // MPSDaemon is an MPS control daemon that the plugin runs for a claim.
 type MPSDaemon struct {
 	// Group is the daemon's configuration group (0 for the claim's first).

@@ -156,14 +156,10 @@ func mpsDaemons(rec *checkpoint.ClaimRecord) []*sharing.MPSDaemon {
 
 // setMPS records a claim's daemons (PlanMPS's order: group 0 first).
 func setMPS(rec *checkpoint.ClaimRecord, daemons []*sharing.MPSDaemon) {
-	rec.MPS, rec.MPSGroups = nil, nil
-	for i, d := range daemons {
-		r := checkpoint.MPSDaemon{Group: d.Group, PID: d.PID, Dir: d.Dir, Devices: slices.Clone(d.Devices),
-			ActiveThreadPercentage: d.ActiveThreadPercentage, PinnedMemoryLimits: slices.Clone(d.PinnedMemoryLimits)}
-		if i == 0 {
-			rec.MPS = &r
-			continue
-		}
-		rec.MPSGroups = append(rec.MPSGroups, r)
+	out := make([]checkpoint.MPSDaemon, 0, len(daemons))
+	for _, d := range daemons {
+		out = append(out, checkpoint.MPSDaemon{Group: d.Group, PID: d.PID, Dir: d.Dir, Devices: slices.Clone(d.Devices),
+			ActiveThreadPercentage: d.ActiveThreadPercentage, PinnedMemoryLimits: slices.Clone(d.PinnedMemoryLimits)})
 	}
+	rec.SetMPSDaemons(out)
 }

@@ -135,8 +135,8 @@ func groupsInDir(claimDir string) []int {
 	entries, _ := os.ReadDir(claimDir)
 	var out []int
 	for _, e := range entries {
-		n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), groupDirPrefix))
-		if e.IsDir() && strings.HasPrefix(e.Name(), groupDirPrefix) && err == nil && n > 0 {
+		num, ok := strings.CutPrefix(e.Name(), groupDirPrefix)
+		if n, err := strconv.Atoi(num); ok && e.IsDir() && err == nil && n > 0 {
 			out = append(out, n)
 		}
 	}
