@@ -81,9 +81,7 @@ func compatMPSGroups(t *testing.T, ns string) {
 	}
 
 	deletePod(t, ns, "mps-groups")
-	if err := client.ResourceV1().ResourceClaims(ns).Delete(ctx, "mps-groups", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
+	deleteClaim(t, ns, "mps-groups")
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		for _, g := range groups {
 			if _, err := client.CoreV1().Pods(plugin.Namespace).Get(ctx, g.pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {

@@ -129,13 +129,7 @@ func testComputeDomainJob(t *testing.T) {
 			t.Errorf("node %s: after the daemon was replaced, the node list is %v, want %v", n, got, addrs)
 		}
 	}
-	for _, name := range []string{"job-0", "job-1"} {
-		p := pod(t, ns, name)
-		if p.Status.Phase != v1.PodRunning || p.Status.ContainerStatuses[0].RestartCount != 0 {
-			t.Errorf("%s: %s with %d restarts after a plugin restart and a daemon replaced; the workload must keep running",
-				name, p.Status.Phase, p.Status.ContainerStatuses[0].RestartCount)
-		}
-	}
+	assertKeptRunning(t, ns, "a plugin restart and a daemon replaced", "job-0", "job-1")
 
 	// Cleanup: pods, then the domains.
 	mustKubectl(t, "-n", ns, "delete", "pods", "--all", "--wait=true", "--timeout=2m")

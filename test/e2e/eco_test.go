@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -56,16 +55,7 @@ func TestMIGExtendedResource(t *testing.T) {
 // logsOf waits for a container's gpudra-gpus output and returns it.
 func logsOf(t *testing.T, ns, podName, container string) string {
 	t.Helper()
-	var out string
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		var err error
-		out, err = kubectl("-n", ns, "logs", podName, "-c", container)
-		return err == nil && (strings.Contains(out, "(UUID: ") || strings.Contains(out, "gpudra-gpus:")), nil
-	})
-	if err != nil {
-		t.Fatalf("logs of %s/%s[%s]: %v\n%s", ns, podName, container, err, out)
-	}
-	return out
+	return waitLogs(t, ns, podName, container, gpusPrinted)
 }
 
 // Minimum memory, NVLink and ECC in one claim; ECC is a hard filter (the
@@ -96,21 +86,8 @@ spec:
   containers: [{name: cuda, image: registry.local/gpudra/workload:local, resources: {claims: [{name: gpu}]}}]
   resourceClaims: [{name: gpu, resourceClaimTemplateName: l4-with-ecc}]
 `, "NS", ns))
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := client.CoreV1().Pods(ns).Get(ctx, "second-l4-with-ecc", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == v1.PodScheduled && c.Reason == v1.PodReasonUnschedulable {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("a second L4 with ECC should be unschedulable (gpu-1 has ECC off): %v", err)
-	}
+	// gpu-1 has ECC off.
+	waitUnschedulable(t, ns, "second-l4-with-ecc")
 }
 
 func sliceAttr(t *testing.T, node, device string, attr resourceapi.QualifiedName) *resourceapi.DeviceAttribute {

@@ -116,9 +116,18 @@ func containerGPUs(t *testing.T, ns, podName, container string) []seenGPU {
 	t.Helper()
 	// The container runs gpudra-gpus (the workload image), which prints
 	// UUID lines or an error naming itself.
-	done := func(out string) bool {
-		return strings.Contains(out, "(UUID: ") || strings.Contains(out, "gpudra-gpus:")
-	}
+	return parseContainerGPUs(waitLogs(t, ns, podName, container, gpusPrinted))
+}
+
+// gpusPrinted: gpudra-gpus printed its GPU lines or its error.
+func gpusPrinted(out string) bool {
+	return strings.Contains(out, "(UUID: ") || strings.Contains(out, "gpudra-gpus:")
+}
+
+// waitLogs waits up to 30 s until the container's log satisfies done and
+// returns it.
+func waitLogs(t *testing.T, ns, podName, container string, done func(string) bool) string {
+	t.Helper()
 	var out string
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		var err error
@@ -128,7 +137,7 @@ func containerGPUs(t *testing.T, ns, podName, container string) []seenGPU {
 	if err != nil {
 		t.Fatalf("logs of %s/%s[%s]: %v\n%s", ns, podName, container, err, out)
 	}
-	return parseContainerGPUs(out)
+	return out
 }
 
 // migLine is a MIG device line: "MIG 1g.10gb     Device  0: (UUID: MIG-...)"

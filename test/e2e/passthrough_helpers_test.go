@@ -28,16 +28,7 @@ import (
 // podLog waits until the container's log has the marker line and returns it.
 func podLog(t *testing.T, ns, name, marker string) string {
 	t.Helper()
-	var out string
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		var err error
-		out, err = kubectl("-n", ns, "logs", name, "-c", "ctr")
-		return err == nil && strings.Contains(out, marker), nil
-	})
-	if err != nil {
-		t.Fatalf("logs of %s/%s: no %q: %v\n%s", ns, name, marker, err, out)
-	}
-	return out
+	return waitLogs(t, ns, name, "ctr", func(out string) bool { return strings.Contains(out, marker) })
 }
 
 // vfioNodes are the "vfio-node <path>" lines of vfioScript's output (a
