@@ -10,8 +10,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
@@ -67,7 +65,7 @@ func testComputeDomainOperations(t *testing.T) {
 
 	// The right tray leaves: its Node is deleted, so are its pods.
 	clusterCmd(t, "remove-node", right)
-	waitPodRemoved(t, ns, "right-0")
+	waitPodGone(t, ns, "right-0", 3*time.Minute)
 	waitDomainNodes(t, ns, "right", 0)
 	// ... and joins again, as a fresh node of the same name.
 	clusterCmd(t, "add-node", right+"=gb200-nvl72-tray")
@@ -122,18 +120,6 @@ func assertKeptRunning(t *testing.T, ns, what string, names ...string) {
 		if p.Status.Phase != v1.PodRunning || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].RestartCount != 0 {
 			t.Errorf("%s after %s: %s, container statuses %+v; the workload must keep running", name, what, p.Status.Phase, p.Status.ContainerStatuses)
 		}
-	}
-}
-
-// waitPodRemoved waits until the pod no longer exists.
-func waitPodRemoved(t *testing.T, ns, name string) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s still exists after its node was deleted: %v", name, err)
 	}
 }
 

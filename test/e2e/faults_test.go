@@ -191,17 +191,6 @@ func waitAllRunning(t *testing.T, ns string, names []string, timeout time.Durati
 	}
 }
 
-func waitPodGone(t *testing.T, ns, name string, timeout time.Duration) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		return err != nil, nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s/%s not gone within %v (unprepare stuck?)", ns, name, timeout)
-	}
-}
-
 func tail(s string, lines int) string {
 	l := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(l[max(0, len(l)-lines):], "\n")

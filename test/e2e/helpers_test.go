@@ -306,11 +306,18 @@ func deletePod(t *testing.T, ns, name string) {
 	if err := client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	waitPodGone(t, ns, name, 2*time.Minute)
+}
+
+// waitPodGone waits until the pod no longer exists (NotFound; any other
+// error is retried).
+func waitPodGone(t *testing.T, ns, name string, timeout time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		_, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 	if err != nil {
-		t.Fatalf("pod %s/%s not deleted: %v", ns, name, err)
+		t.Fatalf("pod %s/%s not gone within %v (unprepare stuck, or its node not deleted?): %v", ns, name, timeout, err)
 	}
 }
