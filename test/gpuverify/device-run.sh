@@ -22,6 +22,15 @@ for d in /sys/bus/pci/devices/*; do
   [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue
   echo "$(basename "$d") class=$(cat "$d/class") numa_node=$(cat "$d/numa_node")"
 done
+echo "== passthrough and Fabric Manager host facts (read-only)"
+echo "kernel command line: $(cat /proc/cmdline)"
+echo "IOMMU groups: $(find /sys/kernel/iommu_groups -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)"
+echo "vfio modules: $(grep -oE '^vfio[a-z_]*' /proc/modules | tr '\n' ' ')"
+ls -l /dev/vfio 2>&1 | head -5
+for f in nvidia-fabricmanager nv-fabricmanager nvidia-imex nvidia-imex-ctl; do
+  if command -v "$f" >/dev/null; then echo "present: $(command -v "$f")"; else echo "absent:  $f"; fi
+done
+nvidia-smi -q | grep -A6 -i '^ *Fabric' | head -14
 echo "== gpudra-gpu-verify"
 "$kit" -json --watch="${WATCH:-45s}" > "$out/report.json" 2> "$out/stderr.log"; rc=$?
 "$kit" --watch=5s --slices > "$out/report.txt" 2>> "$out/stderr.log"

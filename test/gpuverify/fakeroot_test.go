@@ -49,6 +49,11 @@ func TestFakeDriverRoot(t *testing.T) {
 	// Step 7: the root's nvidia-smi, started with only the root's
 	// libnvidia-ml preloaded, lists the GPUs.
 	require.Contains(t, text, filepath.Join(root, "usr/bin/nvidia-smi")+" -L with [LD_PRELOAD=")
+	// Step 8 reads, through the plugin's vfio.HostSysfs, the fake root's
+	// sysfs: both GPUs on nvidia with driver_override unset, in IOMMU groups.
+	require.Contains(t, text, "0000:1b:00.0): bound to nvidia")
+	require.Contains(t, text, "driver_override readable: \"\"")
+	require.Regexp(t, `0000:1b:00.0\): IOMMU group \d+`, text)
 	// The simulated library keeps the GPUs' MIG state in the root: after the
 	// run it holds exactly the MIG devices discovered at its start.
 	st, err := sim.ReadState(filepath.Join(root, fakedriver.StateFile))

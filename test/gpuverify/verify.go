@@ -142,6 +142,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if node != nil {
 		k.tools(ctx, node)
+		k.passthrough(node)
 	}
 	return k.r, nil
 }
