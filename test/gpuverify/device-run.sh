@@ -26,7 +26,7 @@ echo "== passthrough and Fabric Manager host facts (read-only)"
 echo "kernel command line: $(cat /proc/cmdline)"
 echo "IOMMU groups: $(find /sys/kernel/iommu_groups -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)"
 echo "vfio modules: $(grep -oE '^vfio[a-z_]*' /proc/modules | tr '\n' ' ')"
-ls -l /dev/vfio 2>&1 | head -5
+echo "/dev/vfio: $(find /dev/vfio -mindepth 1 2>/dev/null | tr "\n" " ")"
 for f in nvidia-fabricmanager nv-fabricmanager nvidia-imex nvidia-imex-ctl; do
   if command -v "$f" >/dev/null; then echo "present: $(command -v "$f")"; else echo "absent:  $f"; fi
 done
