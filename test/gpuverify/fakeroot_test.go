@@ -3,6 +3,7 @@ package gpuverify
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -53,7 +54,8 @@ func TestFakeDriverRoot(t *testing.T) {
 	// sysfs: both GPUs on nvidia with driver_override unset, in IOMMU groups.
 	require.Contains(t, text, "0000:1b:00.0): bound to nvidia")
 	require.Contains(t, text, "driver_override readable: \"\"")
-	require.Regexp(t, `0000:1b:00.0\): IOMMU group \d+`, text)
+	require.Regexp(t, `0000:1b:00.0\): IOMMU group \d+; `+regexp.QuoteMeta(root)+`/dev/vfio/\d+ `, text)
+	require.Contains(t, text, "VFIO container device: "+filepath.Join(root, "dev/vfio/vfio"))
 	// The simulated library keeps the GPUs' MIG state in the root: after the
 	// run it holds exactly the MIG devices discovered at its start.
 	st, err := sim.ReadState(filepath.Join(root, fakedriver.StateFile))

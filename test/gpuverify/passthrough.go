@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/vfio"
@@ -27,7 +26,7 @@ func (k *kit) passthrough(node *model.Node) {
 	if sysRoot == "" {
 		sysRoot = "/sys"
 	}
-	devRoot := "/dev"
+	devRoot := "/" // the root under which dev/vfio lives (nvmllib.Roots.Dev)
 	if k.cfg.Roots != nil && k.cfg.Roots.Dev != "" {
 		devRoot = k.cfg.Roots.Dev
 	}
@@ -54,11 +53,11 @@ func (k *kit) passthrough(node *model.Node) {
 		if group, err := sys.IOMMUGroup(g.PCIBusID); err != nil {
 			s.info("GPU %s (%s): %v", g.UUID, g.PCIBusID, err)
 		} else {
-			s.info("GPU %s (%s): IOMMU group %d; %s", g.UUID, g.PCIBusID, group, exists(filepath.Join(devRoot, "vfio", strconv.Itoa(group))))
+			s.info("GPU %s (%s): IOMMU group %d; %s", g.UUID, g.PCIBusID, group, exists(filepath.Join(devRoot, vfio.GroupPath(group))))
 		}
 	}
 	s.info("vfio-pci driver in sysfs: %s", exists(filepath.Join(sysRoot, "bus", "pci", "drivers", vfio.DriverVFIO)))
-	s.info("VFIO container device: %s", exists(filepath.Join(devRoot, "vfio", "vfio")))
+	s.info("VFIO container device: %s", exists(filepath.Join(devRoot, vfio.ContainerPath)))
 }
 
 // exists says whether path exists, for the report.
