@@ -99,7 +99,8 @@ func TestChartMatchesController(t *testing.T) {
 			require.NoError(t, err)
 			daemon, err := c.daemonTemplate(k, cd)
 			require.NoError(t, err)
-			ds := c.daemonSet(k, cd)
+			ds, err := c.daemonSet(k, cd)
+			require.NoError(t, err)
 			typed(channel, daemon, ds)
 
 			privileged := ds.DeepCopy()
