@@ -55,9 +55,10 @@ func TestHelmControllerRBACLeastPrivilege(t *testing.T) {
 	want := []string{
 		"admissionregistration.k8s.io/validatingwebhookconfigurations get,list,update,watch " + name,
 		// The ComputeDomain controller (computeDomains.controller, on by
-		// default): its IMEX DaemonSets and their pods in its namespace,
-		// the domains' templates anywhere, finalizer and status patches.
-		"apps/daemonsets create,delete,list,watch ",
+		// default): its IMEX DaemonSets (updated after an upgrade) and their
+		// pods in its namespace, the domains' templates anywhere, finalizer
+		// and status patches.
+		"apps/daemonsets create,delete,list,update,watch ",
 		"core/pods list,watch ",
 		"resource.gpudra.io/computedomains list,patch,watch ",
 		"resource.gpudra.io/computedomains/status patch ",

@@ -99,7 +99,8 @@ func TestChartMatchesController(t *testing.T) {
 			require.NoError(t, err)
 			daemon, err := c.daemonTemplate(k, cd)
 			require.NoError(t, err)
-			ds := c.daemonSet(k, cd)
+			ds, err := c.daemonSet(k, cd)
+			require.NoError(t, err)
 			typed(channel, daemon, ds)
 
 			privileged := ds.DeepCopy()
@@ -125,7 +126,15 @@ func TestChartMatchesController(t *testing.T) {
 			foreign := channel.DeepCopy()
 			foreign.Spec.Spec.Devices.Config[0].Opaque.Driver = tc.names.Driver
 			users := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "chan", Namespace: "team-a"}}
-			typed(users)
+			usersDS := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: ds.Name, Namespace: driverNS}}
+			typed(users, usersDS)
+			oldImage := ds.DeepCopy()
+			oldImage.Spec.Template.Spec.Containers[0].Image = "registry.example/gpudra:old"
+			otherDomain := ds.DeepCopy()
+			otherDomain.Labels[tc.names.ComputeDomain().Label] = "uid-2"
+			otherDomain.Spec.Template.Spec.NodeSelector = map[string]string{tc.names.ComputeDomain().Label: "uid-2"}
+			otherRef := ds.DeepCopy()
+			otherRef.Annotations[RefAnnotation] = v1alpha1.GroupName + "/team-b/train"
 			for _, w := range []struct {
 				name     string
 				user     string
@@ -145,7 +154,14 @@ func TestChartMatchesController(t *testing.T) {
 				{"a hostPath volume", r.user, hostPath, nil, false},
 				{"another ServiceAccount with its token", r.user, token, nil, false},
 				{"daemons on every node", r.user, everywhere, nil, false},
-				{"update the DaemonSet", r.user, ds, ds, false},
+				{"update the DaemonSet, unchanged", r.user, ds, ds, true},
+				{"update the DaemonSet from an old image to the chart's", r.user, ds, oldImage, true},
+				{"update the DaemonSet to another image", r.user, otherImage, ds, false},
+				{"update the DaemonSet to a privileged daemon", r.user, privileged, ds, false},
+				{"update a DaemonSet it did not make", r.user, ds, usersDS, false},
+				{"move the DaemonSet to another domain", r.user, otherDomain, ds, false},
+				{"point the DaemonSet to another domain", r.user, otherRef, ds, false},
+				{"update a template", r.user, channel, channel, false},
 				{"a template for GPUs", r.user, gpus, nil, false},
 				{"configuration for another driver", r.user, foreign, nil, false},
 				{"delete a user's template", r.user, nil, users, false},

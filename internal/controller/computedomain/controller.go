@@ -118,7 +118,14 @@ type Controller struct {
 
 	conflictsMu sync.Mutex
 	conflicts   map[string]string // object -> resourceVersion already reported
+
+	updatesMu sync.Mutex
+	updates   map[string]update // DaemonSet namespace/name -> the last update written
 }
+
+// update is a DaemonSet update the controller wrote: from which
+// resourceVersion, to which SpecHashAnnotation.
+type update struct{ from, hash string }
 
 // New creates a controller for the given ComputeDomain resources and
 // registers its informers. Call Run (of the Controller) once.
@@ -134,7 +141,7 @@ func New(cfg Config, served []schema.GroupVersionResource) (*Controller, error) 
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "gpudra-computedomain"}),
 		statusQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "gpudra-computedomain-status"}),
-		conflicts: map[string]string{},
+		conflicts: map[string]string{}, updates: map[string]update{},
 	}
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, 0)
 	for _, gvr := range served {

@@ -10,6 +10,10 @@
 //     domain and the ResourceClaimTemplate of the daemons' own claims. The
 //     DaemonSet selects nodes by the domain's node label, which the node side
 //     sets on the nodes the workload's channel claims are prepared on;
+//   - updates that DaemonSet when it is not what the controller would create
+//     now (a new image after an upgrade), compared by a hash annotation of
+//     what the controller sets; its OnDelete strategy leaves running daemons
+//     alone until their pods are deleted;
 //   - writes the status from the daemons' pods (node, address, readiness)
 //     and the nodes' clique IDs (from the GPU driver's ResourceSlices): the
 //     controller is the only writer, patches without a resourceVersion, and

@@ -14,8 +14,9 @@ const (
 	// MetricSyncSeconds is the time of one sync.
 	MetricSyncSeconds = "gpudra_computedomain_sync_duration_seconds"
 	// MetricWrites counts the controller's API writes by object (finalizer,
-	// template, daemonset, status, delete) and result: success, conflict
-	// (HTTP 409), throttled (HTTP 429) or error.
+	// template, daemonset, status, delete, update: a DaemonSet brought to
+	// the controller's current spec) and result: success, conflict (HTTP
+	// 409), throttled (HTTP 429) or error.
 	MetricWrites = "gpudra_computedomain_writes_total"
 	// MetricStatusUnchanged counts status syncs that wrote nothing because
 	// the status already was what the controller computed.

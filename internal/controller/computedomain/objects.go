@@ -1,6 +1,8 @@
 package computedomain
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -122,10 +124,49 @@ func daemonSecurityContext() *corev1.SecurityContext {
 // DaemonCapability is the one capability of the IMEX daemon's container.
 const DaemonCapability = "SYS_CHROOT"
 
+// SpecHashAnnotation, on each DaemonSet the controller makes, is the hash
+// of what the controller set in it (its labels, its other annotations and
+// its spec; specHash). The controller updates a DaemonSet whose hash is not
+// the one it would write now: a new image, command or any other field of
+// its making. Comparing hashes rather than objects means the fields the
+// API server fills in (the update strategy's details, the pod defaults,
+// revisionHistoryLimit, ...) never look like a difference, so a resync
+// writes nothing.
+const SpecHashAnnotation = "gpudra.io/computedomain-spec-hash"
+
+// specHash is the hash of the labels, annotations (but the hash's own) and
+// spec of ds: hex SHA-256 of their JSON (maps are encoded with sorted
+// keys), first 16 bytes.
+func specHash(ds *appsv1.DaemonSet) (string, error) {
+	annotations := map[string]string{}
+	for k, v := range ds.Annotations {
+		if k != SpecHashAnnotation {
+			annotations[k] = v
+		}
+	}
+	raw, err := json.Marshal(struct {
+		Labels, Annotations map[string]string
+		Spec                appsv1.DaemonSetSpec
+	}{ds.Labels, annotations, ds.Spec})
+	if err != nil {
+		return "", fmt.Errorf("encode DaemonSet %s/%s to hash it: %w", ds.Namespace, ds.Name, err)
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:16]), nil
+}
+
 // daemonSet runs one IMEX daemon on each node labelled with the domain's
 // UID. The daemons need no API access: the controller reads their
-// readiness from the pods, so they get no ServiceAccount token.
-func (c *Controller) daemonSet(k key, cd *v1alpha1.ComputeDomain) *appsv1.DaemonSet {
+// readiness from the pods, so they get no ServiceAccount token. It carries
+// SpecHashAnnotation.
+//
+// Its update strategy is OnDelete: a changed template (a gpudra upgrade
+// with a new image) replaces no running daemon; a daemon gets the new
+// template when its pod is next created (its node joins the domain again,
+// or an operator deletes the pod). Rolling daemons node by node would stop
+// the IMEX daemon under a running multi-node job, whose imported memory
+// depends on it (docs/computedomains.md, Upgrades of the IMEX daemons).
+func (c *Controller) daemonSet(k key, cd *v1alpha1.ComputeDomain) (*appsv1.DaemonSet, error) {
 	name, uid := daemonName(string(cd.UID)), string(cd.UID)
 	labels := map[string]string{c.cd.Label: uid}
 	m := c.meta(k, cd, name, c.cfg.Namespace)
@@ -135,10 +176,11 @@ func (c *Controller) daemonSet(k key, cd *v1alpha1.ComputeDomain) *appsv1.Daemon
 		{Name: imex.NodeNameEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 		{Name: imex.PodIPEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 	}
-	return &appsv1.DaemonSet{
+	ds := &appsv1.DaemonSet{
 		ObjectMeta: m,
 		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Selector:       &metav1.LabelSelector{MatchLabels: labels},
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{RefAnnotation: k.String()}},
 				Spec: corev1.PodSpec{
@@ -165,4 +207,10 @@ func (c *Controller) daemonSet(k key, cd *v1alpha1.ComputeDomain) *appsv1.Daemon
 			},
 		},
 	}
+	hash, err := specHash(ds)
+	if err != nil {
+		return nil, err
+	}
+	ds.Annotations[SpecHashAnnotation] = hash
+	return ds, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,7 +21,7 @@ import (
 // children of a domain that is gone (or of an earlier domain of the same
 // name) deleted; for a domain being deleted, its children deleted and then
 // the finalizer removed; otherwise the finalizer, both templates and the
-// DaemonSet present.
+// DaemonSet present, the DaemonSet as the controller would create it now.
 func (c *Controller) syncDomain(ctx context.Context, k key) error {
 	cd, err := c.domain(k)
 	if err != nil {
@@ -115,19 +116,28 @@ func (c *Controller) ensureTemplate(ctx context.Context, k key, cd *v1alpha1.Com
 	return nil
 }
 
-// ensureDaemonSet creates the domain's DaemonSet unless it exists. Without
-// a daemon image (run outside the chart) none is created.
+// ensureDaemonSet creates the domain's DaemonSet unless it exists, and
+// updates the domain's existing one whose SpecHashAnnotation differs from
+// the one the controller would create now (updateDaemonSet). Without a
+// daemon image (run outside the chart) none is created or updated.
 func (c *Controller) ensureDaemonSet(ctx context.Context, k key, cd *v1alpha1.ComputeDomain) error {
 	if c.cfg.DaemonImage == "" {
 		return nil
 	}
-	ds := c.daemonSet(k, cd)
+	ds, err := c.daemonSet(k, cd)
+	if err != nil {
+		return err
+	}
 	obj, exists, err := c.daemonSets.GetIndexer().GetByKey(ds.Namespace + "/" + ds.Name)
 	if err != nil {
 		return fmt.Errorf("get DaemonSet %s/%s from the informer cache: %w", ds.Namespace, ds.Name, err)
 	}
 	if exists {
-		return c.checkOwned(ctx, cd, obj.(*appsv1.DaemonSet).ObjectMeta, "DaemonSet")
+		cur := obj.(*appsv1.DaemonSet)
+		if cur.Labels[c.cd.Label] != string(cd.UID) || cur.DeletionTimestamp != nil {
+			return c.checkOwned(ctx, cd, cur.ObjectMeta, "DaemonSet")
+		}
+		return c.updateDaemonSet(ctx, cur, ds)
 	}
 	_, err = c.cfg.Client.AppsV1().DaemonSets(ds.Namespace).Create(ctx, ds, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -138,6 +148,60 @@ func (c *Controller) ensureDaemonSet(ctx context.Context, k key, cd *v1alpha1.Co
 	}
 	klog.FromContext(ctx).Info("Created the IMEX daemons' DaemonSet", "daemonSet", klog.KObj(ds))
 	return nil
+}
+
+// updateDaemonSet brings cur, the domain's DaemonSet from the informer
+// cache, to want when their SpecHashAnnotation differ: the controller's
+// labels and annotations are set (others, an operator's, are kept) and
+// the spec replaced by want's, so the API server fills in its defaults
+// again. The update carries cur's resourceVersion: a stale cache fails
+// with a conflict, retried after backoff. DaemonSets made before the
+// annotation existed have none and are updated once.
+func (c *Controller) updateDaemonSet(ctx context.Context, cur, want *appsv1.DaemonSet) error {
+	hash, id := want.Annotations[SpecHashAnnotation], cur.Namespace+"/"+cur.Name
+	if cur.Annotations[SpecHashAnnotation] == hash || c.updatePending(id, cur.ResourceVersion, hash) {
+		return nil
+	}
+	upd := cur.DeepCopy()
+	if upd.Labels == nil {
+		upd.Labels = map[string]string{}
+	}
+	if upd.Annotations == nil {
+		upd.Annotations = map[string]string{}
+	}
+	maps.Copy(upd.Labels, want.Labels)
+	maps.Copy(upd.Annotations, want.Annotations)
+	upd.Spec = want.Spec
+	_, err := c.cfg.Client.AppsV1().DaemonSets(upd.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
+	if err := c.cfg.Metrics.observeWrite("update", err); err != nil {
+		return fmt.Errorf("update DaemonSet %s/%s: %w", upd.Namespace, upd.Name, err)
+	}
+	c.updatesMu.Lock()
+	c.updates[id] = update{from: cur.ResourceVersion, hash: hash}
+	c.updatesMu.Unlock()
+	klog.FromContext(ctx).Info("Updated the IMEX daemons' DaemonSet to the controller's current spec; running daemons are replaced when their pods are deleted (OnDelete)",
+		"daemonSet", klog.KObj(upd), "image", imageOf(want), "previousImage", imageOf(cur),
+		"previousHash", cur.Annotations[SpecHashAnnotation], "hash", want.Annotations[SpecHashAnnotation])
+	return nil
+}
+
+// updatePending tells whether the controller already updated the version
+// rv of DaemonSet id to hash: the informer has not brought the update yet
+// (a sync queued by another event meanwhile), and writing it again would
+// only fail with a conflict.
+func (c *Controller) updatePending(id, rv, hash string) bool {
+	c.updatesMu.Lock()
+	defer c.updatesMu.Unlock()
+	u, ok := c.updates[id]
+	return ok && u.from == rv && u.hash == hash
+}
+
+// imageOf is the image of ds's first container, "" when it has none.
+func imageOf(ds *appsv1.DaemonSet) string {
+	if len(ds.Spec.Template.Spec.Containers) == 0 {
+		return ""
+	}
+	return ds.Spec.Template.Spec.Containers[0].Image
 }
 
 // checkOwned reports an existing object of the wanted name that is not the
@@ -201,6 +265,9 @@ func (c *Controller) deleteChildren(ctx context.Context, k key, keep string) err
 			opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptrUID(m.GetUID())},
 				PropagationPolicy: ptrPolicy(metav1.DeletePropagationBackground)}
 			if kind == "DaemonSet" {
+				c.updatesMu.Lock()
+				delete(c.updates, m.GetNamespace()+"/"+m.GetName())
+				c.updatesMu.Unlock()
 				err = c.cfg.Client.AppsV1().DaemonSets(m.GetNamespace()).Delete(ctx, m.GetName(), opts)
 			} else {
 				err = c.cfg.Client.ResourceV1().ResourceClaimTemplates(m.GetNamespace()).Delete(ctx, m.GetName(), opts)
