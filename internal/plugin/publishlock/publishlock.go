@@ -125,6 +125,9 @@ func (l *Lock) await(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		if ctx.Err() != nil { // select picks either when both are ready
+			return
+		}
 		ok, err := l.try(ctx)
 		switch {
 		case errors.Is(err, errStopped):
