@@ -113,6 +113,7 @@ type Plugin struct {
 // Stop stops serving, hands publishing over to another instance of the
 // node (if one waits) and releases NVML. Prepared claims stay prepared.
 func (p *Plugin) Stop() {
+	p.leader.stopWaiting() // no takeover through a stopping helper
 	p.Helper.Stop()
 	// The health monitor calls NVML: it ends before NVML is shut down.
 	p.stopBackground()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/plugin/computedomain"
 	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
+	"github.com/gpudra/gpudra/internal/plugin/publishlock"
 	"github.com/gpudra/gpudra/internal/shared/endpoints"
 )
 
@@ -98,13 +99,17 @@ type Plugin struct {
 	// CliqueID is the clique published (empty: none).
 	CliqueID string
 	health   *healthServer
+	lock     *publishlock.Lock
 	stop     func()
 }
 
-// Stop stops serving and the informers. Prepared claims stay prepared
-// (checkpointed) for the next instance.
+// Stop stops serving and the informers, then hands publishing over to
+// another instance of the node (if one waits). Prepared claims stay
+// prepared (checkpointed) for the next instance.
 func (p *Plugin) Stop() {
-	p.Helper.Stop()
+	p.lock.StopWaiting() // no takeover through a stopping helper
+	p.Helper.Stop()      // its ResourceSlice controller writes nothing more
+	p.lock.Stop()
 	p.health.close()
 	p.stop()
 }
@@ -144,8 +149,9 @@ func Run(ctx context.Context, o *Options) error {
 
 // Start discovers the node's clique, restores the checkpoint, starts the
 // ComputeDomain informers, serves the kubelet's DRA API and publishes the
-// node's channel and daemon devices. fatal is called for background
-// errors that need a restart.
+// node's channel and daemon devices, at once or, while another instance of
+// the node holds the publish lock (a rolling update), once it stops. fatal
+// is called for background errors that need a restart.
 func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, fatal context.CancelCauseFunc) (_ *Plugin, err error) {
 	if err := o.validateOnce(); err != nil {
 		return nil, err
@@ -247,16 +253,27 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 	if err != nil {
 		return nil, fmt.Errorf("start kubelet plugin: %w", err)
 	}
-	if err := helper.PublishResources(ctx, resources); err != nil {
-		helper.Stop()
-		return nil, fmt.Errorf("publish the IMEX channel devices: %w", err)
-	}
-	hs, err := serveHealth(ctx, o.HealthAddress, helper)
+	// One publisher per node and driver: during a rolling update the old
+	// pod keeps publishing until it exits; this one serves the kubelet
+	// meanwhile and publishes once it holds the lock.
+	lock, err := publishlock.Start(ctx, publishlock.Config{Dir: dataDir, PodUID: o.PodUID,
+		Lead: func(ctx context.Context) error {
+			if err := helper.PublishResources(ctx, resources); err != nil {
+				return fmt.Errorf("publish the IMEX channel devices: %w", err)
+			}
+			return nil
+		}})
 	if err != nil {
 		helper.Stop()
 		return nil, err
 	}
+	hs, err := serveHealth(ctx, o.HealthAddress, helper)
+	if err != nil {
+		helper.Stop()
+		lock.Stop()
+		return nil, err
+	}
 	logger.Info("compute-domain kubelet plugin running", "node", o.NodeName, "driver", names.Driver, "cliqueID", clique,
 		"channels", o.Channels, "restoredClaims", len(restored), "computeDomainVersions", len(gvrs), "dataDir", dataDir)
-	return &Plugin{Helper: helper, Node: node, CliqueID: clique, health: hs, stop: stop}, nil
+	return &Plugin{Helper: helper, Node: node, CliqueID: clique, health: hs, lock: lock, stop: stop}, nil
 }
