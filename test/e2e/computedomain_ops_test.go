@@ -6,14 +6,18 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/internal/shared/compat"
+	"github.com/gpudra/gpudra/test/images"
 )
 
 // testComputeDomainOperations is what an operator does to a rack while
@@ -21,9 +25,12 @@ import (
 //   - two one-node domains side by side on the same clique stay apart: each
 //     node carries its own domain's label and a node list naming only its
 //     own daemon, and holds nothing of the other domain;
-//   - a helm upgrade that rolls every plugin pod and the controller leaves
-//     both workloads running, both domains Ready again, and a pod created
-//     after it gets a channel;
+//   - a helm upgrade to a new image that rolls every plugin pod and the
+//     controller leaves both workloads running and both domains Ready
+//     again; the controller moves each domain's DaemonSet to the new image
+//     without replacing a running daemon (OnDelete), a daemon pod deleted
+//     then comes back with the new image, and a pod created after it gets
+//     a channel;
 //   - a tray leaves the cluster (its Node deleted) and joins again: the
 //     domain loses the node, and a new pod on the rejoined tray makes it
 //     Ready again with the new daemon.
@@ -50,14 +57,33 @@ func testComputeDomainOperations(t *testing.T) {
 		assertOneChannel(t, ns, name)
 	}
 
-	// An upgrade that rolls every plugin pod and the controller's.
-	if err := realCluster.InstallDriver(ctx, "computeDomains.enabled=true",
+	// An upgrade to a new image (the same content under another tag) that
+	// rolls every plugin pod and the controller's.
+	release := realCluster.Config().Namespace
+	oldImage, newImage := upgradeImage(ctx, t)
+	if err := realCluster.InstallDriver(ctx, "computeDomains.enabled=true", "image.tag="+upgradeTag,
 		"kubeletPlugin.logVerbosity=3", "controller.logVerbosity=3"); err != nil {
 		t.Fatalf("helm upgrade during the jobs: %v", err)
 	}
 	l, r = waitDomainReady(t, ns, "left", 1), waitDomainReady(t, ns, "right", 1)
 	assertKeptRunning(t, ns, "an upgrade", "left-0", "right-0")
 	assertApart(t, names, map[string]*v1alpha1.ComputeDomain{left: l, right: r})
+	// The controller brings each domain's DaemonSet to the new image, and
+	// (OnDelete) replaces no running daemon: both keep the old image until
+	// their pod is deleted; the replacement runs the new one.
+	for node, cd := range map[string]*v1alpha1.ComputeDomain{left: l, right: r} {
+		waitDaemonSetImage(t, release, names.Label, string(cd.UID), newImage)
+		if got := daemonPodOn(t, release, names.Label, string(cd.UID), node).Spec.Containers[0].Image; got != oldImage {
+			t.Errorf("domain %s's daemon on %s runs %s after the upgrade; OnDelete keeps %s until its pod is deleted", cd.Name, node, got, oldImage)
+		}
+	}
+	stale := daemonPodOn(t, release, names.Label, string(l.UID), left)
+	mustKubectl(t, "-n", release, "delete", "pod", stale.Name, "--wait=false")
+	l = waitDomainReadyWithout(t, ns, "left", 1, stale.Status.PodIP)
+	if got := daemonPodOn(t, release, names.Label, string(l.UID), left).Spec.Containers[0].Image; got != newImage {
+		t.Errorf("the daemon that replaced %s runs %s, want the upgraded %s", stale.Name, got, newImage)
+	}
+	assertKeptRunning(t, ns, "a daemon replaced after the upgrade", "left-0", "right-0")
 	applyYAML(t, ns, channelPod("left-1", "left", left))
 	mustKubectl(t, "-n", ns, "delete", "pod", "left-0", "--wait=true", "--timeout=2m")
 	waitRunning(t, ns, "left-1")
@@ -133,5 +159,47 @@ func waitDomainNodes(t *testing.T, ns, name string, n int) {
 	})
 	if err != nil {
 		t.Fatalf("domain %s: status %+v, want %d nodes: %v", name, cd.Status, n, err)
+	}
+}
+
+// upgradeTag is the tag an upgrade test installs: the gpudra image under a
+// second name (TagImage), so that the upgrade changes the image's name as a
+// release does.
+const upgradeTag = "e2e-upgrade"
+
+// upgradeImage tags the installed gpudra image as upgradeTag on every node
+// and returns both names.
+func upgradeImage(ctx context.Context, t *testing.T) (oldImage, newImage string) {
+	t.Helper()
+	oldImage, err := images.GpudraImageName(chartDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, _, _ := strings.Cut(oldImage, ":")
+	newImage = repo + ":" + upgradeTag
+	if err := realCluster.TagImage(ctx, oldImage, newImage); err != nil {
+		t.Fatal(err)
+	}
+	return oldImage, newImage
+}
+
+// waitDaemonSetImage waits until the DaemonSet of domain uid runs image in
+// its template.
+func waitDaemonSetImage(t *testing.T, release, label, uid, image string) {
+	t.Helper()
+	var got []string
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := client.AppsV1().DaemonSets(release).List(ctx, metav1.ListOptions{LabelSelector: label + "=" + uid})
+		if err != nil || len(l.Items) != 1 {
+			return false, nil
+		}
+		got = nil
+		for _, c := range l.Items[0].Spec.Template.Spec.Containers {
+			got = append(got, c.Image)
+		}
+		return len(got) > 0 && !slices.ContainsFunc(got, func(s string) bool { return s != image }), nil
+	})
+	if err != nil {
+		t.Fatalf("the DaemonSet of domain %s does not run %s after the upgrade (its containers: %v): %v", uid, image, got, err)
 	}
 }

@@ -80,6 +80,24 @@ func (c *Cluster) startNodeRuntime(ctx context.Context, spec NodeSpec) error {
 	return c.startContainerd(ctx, spec)
 }
 
+// TagImage gives the image src the further name dst in every node's CRI
+// image store, as pushing one image under a new tag does (an upgrade test
+// installs the chart with the new tag). Only containerd nodes can: a CRI-O
+// node is an error.
+func (c *Cluster) TagImage(ctx context.Context, src, dst string) error {
+	for _, n := range c.cfg.Nodes {
+		if c.runtimeOf(n.Name) == RuntimeCRIO {
+			return fmt.Errorf("node %s runs CRI-O: tagging an image there is not supported; remove the node first", n.Name)
+		}
+		argv := []string{c.bin("ctr"), "--address", c.hostSocket(n.Name), "-n", "k8s.io", "images", "tag", "--force", src, dst}
+		if _, err := run(ctx, argv...); err != nil {
+			return fmt.Errorf("node %s: tag %s as %s: %w", n.Name, src, dst, err)
+		}
+	}
+	c.logf("tagged %s as %s on every node", src, dst)
+	return nil
+}
+
 // importImage imports an OCI image tarball into a node's runtime, in the
 // CRI's image store.
 func (c *Cluster) importImage(ctx context.Context, node, tar string) error {
