@@ -46,6 +46,7 @@ type Options struct {
 	// NvidiaCDIHookSource is the hook installed when NvidiaCDIHookPath is
 	// empty (see cdihook.go).
 	NvidiaCDIHookSource string
+	CheckpointSync      bool
 	CheckpointSyncDir   bool
 	MetricsAddress      string
 	MaxDevicesPerSlice  int
@@ -137,8 +138,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.addMetricsFlags(fs)
 	o.addHealthFlags(fs)
 	o.addTelemetryFlags(fs)
+	fs.BoolVar(&o.CheckpointSync, "checkpoint-sync", false,
+		"fsync each completed claim's checkpoint record before its rename. Off, records are written without fsync: a crash of the plugin keeps them "+
+			"(the kernel has them), and a power loss, the one thing an fsync protects against, reboots the node, after which the records of the "+
+			"earlier boot are discarded anyway. It adds one fsync to each prepare.")
 	fs.BoolVar(&o.CheckpointSyncDir, "checkpoint-sync-dir", false,
-		"Also fsync the checkpoint directory after each record write. Record contents are always fsynced before the rename; a rename lost to a power failure only matters within a boot, and records of an earlier boot are discarded anyway.")
+		"Also fsync the checkpoint directory after each fsynced record write (--checkpoint-sync) and each record removal. A rename lost to a power failure only matters within a boot, and records of an earlier boot are discarded anyway.")
 	o.addSharingToolFlags(fs)
 	o.addMPSDaemonFlags(fs)
 }

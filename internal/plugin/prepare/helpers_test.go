@@ -55,6 +55,8 @@ type env struct {
 	// passthrough on (vfio_test.go).
 	names *compat.Names
 	pass  *Passthrough
+	// syncRecords is Config.SyncRecords.
+	syncRecords bool
 }
 
 func newEnv(t testing.TB, gpus int) *env {
@@ -103,7 +105,7 @@ func (e *env) tryManager() (*Manager, RecoverReport, error) {
 		names = *e.names
 	}
 	m, err := New(Config{Names: names, Passthrough: e.pass, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir,
-		TimeSlicer: e.slicer, MPS: mps, OnMPSDaemon: e.recordMPS, ComputeMode: e.modes})
+		TimeSlicer: e.slicer, MPS: mps, OnMPSDaemon: e.recordMPS, ComputeMode: e.modes, SyncRecords: e.syncRecords})
 	require.NoError(e.t, err)
 	rep, err := m.Recover(ctx(e.t))
 	return m, rep, err

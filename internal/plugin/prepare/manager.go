@@ -66,6 +66,14 @@ type Config struct {
 	// Passthrough rebinds GPUs for their vfio devices; nil when passthrough
 	// (Names.Passthrough) is off.
 	Passthrough *Passthrough
+	// SyncRecords fsyncs the records a restarted plugin relies on
+	// (PrepareCompleted, and rewrites of completed claims) before their
+	// rename. Off, every record is written without fsync: a crash of the
+	// process keeps them (the kernel's page cache has them), and the one
+	// thing an fsync protects against, a power loss, reboots the node,
+	// which voids every record of the boot (checkpoint: records are grouped
+	// by boot ID and an earlier boot's are discarded as a whole).
+	SyncRecords bool
 }
 
 const defaultCleanupTimeout = 2 * time.Minute

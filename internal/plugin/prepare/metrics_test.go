@@ -70,5 +70,49 @@ gpudra_plugin_devices{state="free"} 1
 	require.Empty(t, m.UnprepareClaims(ctx(t), []kubeletplugin.NamespacedObject{ref(good)})[good.UID])
 	n, err := testutil.GatherAndCount(reg, MetricPrepareSeconds, MetricUnprepareSeconds, MetricCheckpointSeconds)
 	require.NoError(t, err)
-	require.Equal(t, 5, n, "prepare{success,error}, unprepare{success}, checkpoint{true,false}")
+	require.Equal(t, 4, n, "prepare{success,error}, unprepare{success}, checkpoint{false}: no record is fsynced by default")
+}
+
+// TestRecordsSyncedOnlyWhenAsked: by default no checkpoint record of a
+// prepare+unprepare is fsynced (a power loss voids the boot's records
+// anyway); with SyncRecords the PrepareCompleted record is, once.
+func TestRecordsSyncedOnlyWhenAsked(t *testing.T) {
+	for _, tc := range []struct {
+		sync                bool
+		wantSynced, wantAll uint64
+	}{
+		{sync: false, wantSynced: 0, wantAll: 2},
+		{sync: true, wantSynced: 1, wantAll: 2},
+	} {
+		t.Run(fmt.Sprintf("SyncRecords=%v", tc.sync), func(t *testing.T) {
+			e := newEnv(t, 1)
+			e.syncRecords = tc.sync
+			m, _ := e.manager()
+			reg := prometheus.NewPedanticRegistry()
+			_, err := NewMetrics(reg, m)
+			require.NoError(t, err)
+			c := gpuClaim(uidA, "a", "gpu-0")
+			require.NoError(t, m.PrepareClaims(ctx(t), []*resourceapi.ResourceClaim{c})[c.UID].Err)
+			require.NoError(t, m.UnprepareClaims(ctx(t), []kubeletplugin.NamespacedObject{ref(c)})[c.UID])
+			count := func(durable string) uint64 {
+				mfs, err := reg.Gather()
+				require.NoError(t, err)
+				for _, mf := range mfs {
+					if mf.GetName() != MetricCheckpointSeconds {
+						continue
+					}
+					for _, metric := range mf.GetMetric() {
+						for _, l := range metric.GetLabel() {
+							if l.GetName() == "durable" && l.GetValue() == durable {
+								return metric.GetHistogram().GetSampleCount()
+							}
+						}
+					}
+				}
+				return 0
+			}
+			require.Equal(t, tc.wantSynced, count("true"), "fsynced record writes")
+			require.Equal(t, tc.wantAll, count("true")+count("false"), "record writes of a prepare+unprepare")
+		})
+	}
 }

@@ -311,9 +311,12 @@ func kubeletDevices(rec *checkpoint.ClaimRecord) []kubeletplugin.Device {
 	return out
 }
 
-// putRecord writes a checkpoint record, fsynced when durable, and times it.
+// putRecord writes a checkpoint record and times it. A durable record is
+// one a restarted plugin relies on; it is fsynced only with
+// Config.SyncRecords (see there why not by default).
 func (m *Manager) putRecord(rec *checkpoint.ClaimRecord, durable bool) error {
 	start := time.Now()
+	durable = durable && m.cfg.SyncRecords
 	put := m.cfg.Checkpoints.PutVolatile
 	if durable {
 		put = m.cfg.Checkpoints.Put
