@@ -67,7 +67,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"The same driver root as the host sees it; CDI specs name host paths. Default: --nvidia-driver-root.")
 	fs.StringVar(&o.CDIRoot, "cdi-root", "/var/run/cdi", "Directory for the per-claim CDI specs; must be one the container runtime reads.")
 	fs.StringVar(&o.KubeletPluginsDir, "kubelet-plugins-directory", "/var/lib/kubelet/plugins",
-		"Kubelet plugin directory; the socket, checkpoint and the domains' node lists live in <dir>/<driver name>.")
+		"Kubelet plugin directory; the socket, the prepared claims' records and the domains' node lists live in <dir>/<driver name>.")
 	fs.StringVar(&o.KubeletRegistrarDir, "kubelet-registrar-directory", "/var/lib/kubelet/plugins_registry",
 		"Kubelet plugin registration directory.")
 	fs.StringVar(&o.PodUID, "pod-uid", "",
@@ -124,7 +124,7 @@ const (
 	kubeletCallTimeout     = 45 * time.Second
 )
 
-// PluginDataDir is the driver's directory: dra.sock, the checkpoint, the
+// PluginDataDir is the driver's directory: dra.sock, the claims' records, the
 // domains' node lists.
 func (o *Options) PluginDataDir() string {
 	return filepath.Join(o.KubeletPluginsDir, o.Names().Driver)

@@ -1,8 +1,6 @@
 package cdplugin
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -52,32 +50,6 @@ func TestOptions(t *testing.T) {
 			require.ErrorContains(t, err, args)
 		}
 	}
-}
-
-func TestCheckpoint(t *testing.T) {
-	path := filepath.Join(t.TempDir(), checkpointFile)
-	claims, err := loadCheckpoint(path, "node-a")
-	require.NoError(t, err)
-	require.Empty(t, claims, "no checkpoint: no claims")
-
-	want := []computedomain.PreparedClaim{{UID: "b", Kind: computedomain.TypeDaemon, DomainID: "u1", Ready: true},
-		{UID: "a", Kind: computedomain.TypeChannel, DomainID: "u1"}}
-	require.NoError(t, saveCheckpoint(path, "node-a", want))
-	claims, err = loadCheckpoint(path, "node-a")
-	require.NoError(t, err)
-	require.Equal(t, []computedomain.PreparedClaim{want[1], want[0]}, claims, "sorted by UID")
-	fi, err := os.Stat(path)
-	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-
-	_, err = loadCheckpoint(path, "node-b")
-	require.ErrorContains(t, err, `records claims of node "node-a"`)
-	require.NoError(t, os.WriteFile(path, []byte(`{"version":2}`), 0o600))
-	_, err = loadCheckpoint(path, "node-a")
-	require.ErrorContains(t, err, "format version 2")
-	require.NoError(t, os.WriteFile(path, []byte(`nope`), 0o600))
-	_, err = loadCheckpoint(path, "node-a")
-	require.ErrorContains(t, err, "is not a checkpoint")
 }
 
 // Without NVML the node publishes without a clique (logged), and a node

@@ -31,41 +31,57 @@ import (
 const informerResync = 10 * time.Minute
 
 // driver is the kubeletplugin.DRAPlugin of the channel driver: Claims'
-// prepare and unprepare, then a checkpoint of the claims Node holds.
+// prepare and unprepare, then the record of each claim of the call.
 type driver struct {
 	claims *computedomain.Claims
 	node   *computedomain.Node
-	// ckpt is the checkpoint file; mu orders its writes.
-	ckpt, nodeName string
-	mu             sync.Mutex
-	cancel         context.CancelCauseFunc
+	// records holds one record per prepared claim; mu orders reading a
+	// claim from node with writing or removing its record.
+	records records
+	mu      sync.Mutex
+	cancel  context.CancelCauseFunc
 }
 
 var _ kubeletplugin.DRAPlugin = (*driver)(nil)
 
-// PrepareResourceClaims implements kubeletplugin.DRAPlugin. A checkpoint
-// that cannot be written fails the whole call, which the kubelet retries
-// (prepare is idempotent): a claim the plugin would forget on restart
-// would keep the node's domain label forever.
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin. Each claim Node
+// holds afterwards (prepared, or labelled and waiting for its daemon) gets
+// its record written. A record that cannot be written fails that claim,
+// which the kubelet retries (prepare is idempotent): a claim the plugin
+// would forget on restart would keep the node's domain label forever.
 func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	res, err := d.claims.PrepareResourceClaims(ctx, claims)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.save(); err != nil {
-		return nil, err
+	for _, c := range claims {
+		if err := d.record(c.UID, false); err != nil {
+			r := res[c.UID]
+			res[c.UID] = kubeletplugin.PrepareResult{Err: errors.Join(r.Err, err)}
+		}
 	}
 	return res, nil
 }
 
-// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. It first
+// takes over the records of claims Node does not hold (prepared by another
+// instance of the node during a rolling update), so that their unprepare
+// removes the label and node list they hold and another domain claim's
+// unprepare leaves those in place; then it removes the record of each
+// claim unprepared.
 func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.adopt(ctx)
 	res, err := d.claims.UnprepareResourceClaims(ctx, claims)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.save(); err != nil {
-		return nil, err
+	for _, c := range claims {
+		if res[c.UID] != nil {
+			continue // the claim and its record stay; the kubelet retries
+		}
+		if err := d.record(c.UID, true); err != nil {
+			res[c.UID] = err
+		}
 	}
 	return res, nil
 }
@@ -86,10 +102,43 @@ func (d *driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceH
 	return kubeletplugin.ErrHealthNotSupported
 }
 
-func (d *driver) save() error {
+// record writes the record of claim uid if Node holds it; if Node does not
+// and the claim was unprepared, it removes the record. A prepare that left
+// nothing in Node leaves the record alone: it may be another instance's.
+func (d *driver) record(uid types.UID, unprepared bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return saveCheckpoint(d.ckpt, d.nodeName, d.node.Prepared())
+	c, ok := d.node.PreparedClaim(uid)
+	switch {
+	case ok:
+		return d.records.put(c)
+	case unprepared:
+		return d.records.remove(uid)
+	}
+	return nil
+}
+
+// adopt gives Node the recorded claims it does not hold. A record it
+// cannot read is logged: the claims Node holds are unprepared as before.
+func (d *driver) adopt(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	recorded, err := d.records.load(ctx)
+	if err != nil {
+		logger.Error(err, "Cannot take over the claims other instances of the plugin prepared")
+		return
+	}
+	var adopted []computedomain.PreparedClaim
+	for _, c := range recorded {
+		if _, ok := d.node.PreparedClaim(c.UID); !ok {
+			adopted = append(adopted, c)
+		}
+	}
+	if len(adopted) > 0 {
+		d.node.Restore(adopted)
+		logger.Info("Took over prepared claims recorded by another instance of the plugin", "claims", adopted)
+	}
 }
 
 // Plugin is a started channel driver plugin.
@@ -105,7 +154,7 @@ type Plugin struct {
 
 // Stop stops serving and the informers, then hands publishing over to
 // another instance of the node (if one waits). Prepared claims stay
-// prepared (checkpointed) for the next instance.
+// prepared (recorded) for the next instance.
 func (p *Plugin) Stop() {
 	p.lock.StopWaiting() // no takeover through a stopping helper
 	p.Helper.Stop()      // its ResourceSlice controller writes nothing more
@@ -147,7 +196,8 @@ func Run(ctx context.Context, o *Options) error {
 	return nil
 }
 
-// Start discovers the node's clique, restores the checkpoint, starts the
+// Start discovers the node's clique, restores the prepared claims' records
+// (converting a previous version's checkpoint.json first), starts the
 // ComputeDomain informers, serves the kubelet's DRA API and publishes the
 // node's channel and daemon devices, at once or, while another instance of
 // the node holds the publish lock (a rolling update), once it stops. fatal
@@ -192,8 +242,11 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 	if err != nil {
 		return nil, err
 	}
-	ckpt := filepath.Join(dataDir, checkpointFile)
-	restored, err := loadCheckpoint(ckpt, o.NodeName)
+	recs := records{dir: filepath.Join(dataDir, recordsDir), node: o.NodeName}
+	if err := recs.migrateCheckpoint(ctx, filepath.Join(dataDir, checkpointFile)); err != nil {
+		return nil, err
+	}
+	restored, err := recs.load(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +280,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 		return nil, fmt.Errorf("ComputeDomain informers did not sync: %w", context.Cause(ctx))
 	}
 
-	d := &driver{claims: claims, node: node, ckpt: ckpt, nodeName: o.NodeName, cancel: fatal}
+	d := &driver{claims: claims, node: node, records: recs, cancel: fatal}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(names.Driver),
 		kubeletplugin.NodeName(o.NodeName),
@@ -239,9 +292,8 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 		// Calls run concurrently: a channel claim's prepare waits up to
 		// --daemon-ready-wait for the domain's daemon on this node, whose
 		// own claim must be prepared meanwhile. Node orders its label
-		// changes and claims itself; each checkpoint write (under mu) is a
-		// snapshot taken after the call's own change, so the last write
-		// holds every completed change.
+		// changes and claims itself; each claim's record is written or
+		// removed (under mu) from Node's state after the call's change.
 		kubeletplugin.Serialize(false),
 		// The channel driver reports no device health.
 		kubeletplugin.HealthService(false),

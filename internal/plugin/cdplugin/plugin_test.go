@@ -107,6 +107,11 @@ func (e *env) claim(t *testing.T, ctx context.Context, ns, name, uid, request, d
 	return &drapb.Claim{Namespace: ns, Name: name, Uid: uid}
 }
 
+// records are the per-claim records of the env's plugin data dir.
+func (e *env) records() records {
+	return records{dir: filepath.Join(e.o.PluginDataDir(), recordsDir), node: e.o.NodeName}
+}
+
 func (e *env) dra(t *testing.T) drapb.DRAPluginClient {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+filepath.Join(e.o.PluginDataDir(), "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -229,7 +234,7 @@ func TestKubeletPath(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, code, "the kubelet has not confirmed the registration")
 	require.Contains(t, body, "kubelet-registration")
 
-	// A restart restores the prepared claims from the checkpoint.
+	// A restart restores the prepared claims from their records.
 	p.Stop()
 	stopped = true
 	p2 := e.start(t, ctx, cancel)
@@ -248,7 +253,7 @@ func TestKubeletPath(t *testing.T) {
 	entries, err := os.ReadDir(e.o.CDIRoot)
 	require.NoError(t, err)
 	require.Empty(t, entries)
-	claims, err := loadCheckpoint(filepath.Join(e.o.PluginDataDir(), checkpointFile), "node-a")
+	claims, err := e.records().load(ctx)
 	require.NoError(t, err)
 	require.Empty(t, claims)
 	require.NoError(t, context.Cause(ctx))

@@ -15,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
@@ -123,5 +124,103 @@ func TestRollingUpdateOnePublisher(t *testing.T) {
 	holder, err := os.ReadFile(filepath.Join(e.o.PluginDataDir(), publishlock.FileName))
 	require.NoError(t, err)
 	require.Contains(t, string(holder), "pod new-pod,", "the lock file names its holder")
+	require.NoError(t, context.Cause(ctx))
+}
+
+// draAt connects to the DRA socket of the instance with pod UID podUID.
+func (e *env) draAt(t *testing.T, podUID string) drapb.DRAPluginClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(e.o.PluginDataDir(), "dra-"+podUID+".sock"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return drapb.NewDRAPluginClient(conn)
+}
+
+// prepare prepares c through dra and requires success, retrying while the
+// instance's informer has not seen the domain yet.
+func prepare(t *testing.T, ctx context.Context, dra drapb.DRAPluginClient, c *drapb.Claim) {
+	t.Helper()
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		resp, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{c}})
+		require.NoError(t, err)
+		r := resp.Claims[c.Uid]
+		require.False(t, r.Error != "" && !contains(r.Error, "not found"), r.Error)
+		return r.Error == "", nil
+	}), "prepare %s", c.Uid)
+}
+
+func unprepare(t *testing.T, ctx context.Context, dra drapb.DRAPluginClient, c *drapb.Claim) {
+	t.Helper()
+	resp, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{c}})
+	require.NoError(t, err)
+	require.Empty(t, resp.Claims[c.Uid].Error, "unprepare %s", c.Uid)
+}
+
+// TestRollingUpdateRecords runs two instances on one data dir, as a rolling
+// update does. A claim the old instance prepares after the new one started
+// keeps its record while the new one prepares and unprepares other claims
+// (each instance writes and removes only its calls' claims' records); the
+// new one takes it over at its next unprepare, so that claim still holds
+// the node in the domain; and a third instance, started afterwards,
+// restores it and takes the label away at its unprepare.
+func TestRollingUpdateRecords(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e := newEnv(t)
+	start := func(podUID string) (stop func()) {
+		t.Helper()
+		o := *e.o
+		o.PodUID = podUID
+		p, err := Start(ctx, &o, e.client, e.dyn, cancel)
+		require.NoError(t, err)
+		var once sync.Once
+		stop = func() { once.Do(p.Stop) }
+		t.Cleanup(stop)
+		return stop
+	}
+	recorded := func() []types.UID {
+		t.Helper()
+		claims, err := e.records().load(ctx)
+		require.NoError(t, err)
+		var uids []types.UID
+		for _, c := range claims {
+			uids = append(uids, c.UID)
+		}
+		return uids
+	}
+
+	stopOld := start("old-pod")
+	stopNew := start("new-pod")
+	oldDRA, newDRA := e.draAt(t, "old-pod"), e.draAt(t, "new-pod")
+	e.setDomain(t, ctx, "", v1alpha1.DomainReady)
+	channel := func(uid, device string) *drapb.Claim {
+		return e.claim(t, ctx, "team", uid, uid, "channel", device, names.ChannelConfigKind)
+	}
+	c1, c2, c3 := channel("c1", "channel-1"), channel("c2", "channel-2"), channel("c3", "channel-3")
+	d1 := e.claim(t, ctx, "gpudra", "d1", "d1", "daemon", computedomain.DaemonDeviceName, names.DaemonConfigKind)
+
+	prepare(t, ctx, oldDRA, c1) // after the new instance read the records
+	prepare(t, ctx, oldDRA, c3)
+	require.Equal(t, "u1", e.label(t, ctx))
+	prepare(t, ctx, newDRA, d1)
+	prepare(t, ctx, newDRA, c2)
+	require.Equal(t, []types.UID{"c1", "c2", "c3", "d1"}, recorded())
+	unprepare(t, ctx, newDRA, c2)
+	unprepare(t, ctx, newDRA, c3) // prepared through the old instance
+	unprepare(t, ctx, newDRA, d1)
+	require.Equal(t, []types.UID{"c1"}, recorded(), "the new instance's calls keep the old one's claim")
+	require.Equal(t, "u1", e.label(t, ctx), "c1 still holds the node in the domain")
+
+	stopOld()
+	stopNew()
+	p3, err := Start(ctx, e.o, e.client, e.dyn, cancel)
+	require.NoError(t, err)
+	defer p3.Stop()
+	require.Equal(t, []computedomain.PreparedClaim{channelC1}, p3.Node.Prepared(), "a later instance restores the claim")
+	unprepare(t, ctx, e.dra(t), c1)
+	require.Empty(t, e.label(t, ctx), "its unprepare takes the label away")
+	require.Empty(t, recorded())
 	require.NoError(t, context.Cause(ctx))
 }

@@ -154,6 +154,15 @@ func (n *Node) Prepared() []PreparedClaim {
 	return out
 }
 
+// PreparedClaim returns the claim of uid that Node holds, and false when it
+// holds none: a plugin records a claim's state after each call on it.
+func (n *Node) PreparedClaim(uid types.UID) (PreparedClaim, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c, ok := n.claims[uid]
+	return c, ok
+}
+
 // Prepare prepares one allocated claim of the channel driver: a channel
 // claim (the workload's) or a daemon claim (the IMEX daemon pod's).
 func (n *Node) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]PreparedDevice, error) {

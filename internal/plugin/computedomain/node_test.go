@@ -266,3 +266,28 @@ func TestUnprepareDuringPrepare(t *testing.T) {
 	assert.Empty(t, n.Prepared())
 	assert.NotContains(t, nodeLabels(t, client), label)
 }
+
+// PreparedClaim answers what Node holds of one claim: restored, prepared
+// (labelled, waiting for the daemon), and gone after the unprepare.
+func TestPreparedClaim(t *testing.T) {
+	cds := &domains{byUID: map[string]*v1alpha1.ComputeDomain{"u1": domain("team", "cd", "u1")}}
+	n, _ := testNode(t, cds, nil, nil)
+	ctx := context.Background()
+	n.Restore([]PreparedClaim{{UID: "d1", Kind: TypeDaemon, DomainID: "u1", Ready: true}})
+	_, err := n.Prepare(ctx, channelClaim(t, "team", "c1", "channel-0", channelCfg("u1", "")))
+	require.ErrorIs(t, err, ErrDaemonNotReady)
+	require.NoError(t, n.Unprepare(ctx, "d1"))
+	for _, tc := range []struct {
+		uid  types.UID
+		want PreparedClaim
+		ok   bool
+	}{
+		{uid: "c1", want: PreparedClaim{UID: "c1", Kind: TypeChannel, DomainID: "u1"}, ok: true},
+		{uid: "d1"},
+		{uid: "unknown"},
+	} {
+		got, ok := n.PreparedClaim(tc.uid)
+		assert.Equal(t, tc.ok, ok, tc.uid)
+		assert.Equal(t, tc.want, got, tc.uid)
+	}
+}
