@@ -25,15 +25,15 @@ import (
 //   - two one-node domains side by side on the same clique stay apart: each
 //     node carries its own domain's label and a node list naming only its
 //     own daemon, and holds nothing of the other domain;
+//   - a tray leaves the cluster (its Node deleted) and joins again: the
+//     domain loses the node, and a new pod on the rejoined tray makes it
+//     Ready again with the new daemon;
 //   - a helm upgrade to a new image that rolls every plugin pod and the
 //     controller leaves both workloads running and both domains Ready
 //     again; the controller moves each domain's DaemonSet to the new image
 //     without replacing a running daemon (OnDelete), a daemon pod deleted
 //     then comes back with the new image, and a pod created after it gets
-//     a channel;
-//   - a tray leaves the cluster (its Node deleted) and joins again: the
-//     domain loses the node, and a new pod on the rejoined tray makes it
-//     Ready again with the new daemon.
+//     a channel.
 //
 // Deleting both domains then leaves nothing of them on either tray.
 func testComputeDomainOperations(t *testing.T) {
@@ -57,8 +57,23 @@ func testComputeDomainOperations(t *testing.T) {
 		assertOneChannel(t, ns, name)
 	}
 
-	// An upgrade to a new image (the same content under another tag) that
-	// rolls every plugin pod and the controller's.
+	// The right tray leaves: its Node is deleted, so are its pods.
+	clusterCmd(t, "remove-node", right)
+	waitPodGone(t, ns, "right-0", 3*time.Minute)
+	waitDomainNodes(t, ns, "right", 0)
+	// ... and joins again, as a fresh node of the same name.
+	clusterCmd(t, "add-node", right+"=gb200-nvl72-tray")
+	applyYAML(t, ns, channelPod("right-1", "right", right))
+	waitRunning(t, ns, "right-1")
+	r = waitDomainReady(t, ns, "right", 1)
+	assertDomainNodes(t, r, []string{right}, rackClique1)
+	assertApart(t, names, map[string]*v1alpha1.ComputeDomain{left: domainStatus(t, ns, "left"), right: r})
+	assertOneChannel(t, ns, "right-1")
+	assertKeptRunning(t, ns, "the other tray leaving and rejoining", "left-0")
+
+	// An upgrade to a new image (the same content under another tag, on
+	// every node: the local cluster has no registry, so this comes after the
+	// tray rejoined) that rolls every plugin pod and the controller's.
 	release := realCluster.Config().Namespace
 	oldImage, newImage := upgradeImage(ctx, t)
 	if err := realCluster.InstallDriver(ctx, "computeDomains.enabled=true", "image.tag="+upgradeTag,
@@ -66,7 +81,7 @@ func testComputeDomainOperations(t *testing.T) {
 		t.Fatalf("helm upgrade during the jobs: %v", err)
 	}
 	l, r = waitDomainReady(t, ns, "left", 1), waitDomainReady(t, ns, "right", 1)
-	assertKeptRunning(t, ns, "an upgrade", "left-0", "right-0")
+	assertKeptRunning(t, ns, "an upgrade", "left-0", "right-1")
 	assertApart(t, names, map[string]*v1alpha1.ComputeDomain{left: l, right: r})
 	// The controller brings each domain's DaemonSet to the new image, and
 	// (OnDelete) replaces no running daemon: both keep the old image until
@@ -83,25 +98,11 @@ func testComputeDomainOperations(t *testing.T) {
 	if got := daemonPodOn(t, release, names.Label, string(l.UID), left).Spec.Containers[0].Image; got != newImage {
 		t.Errorf("the daemon that replaced %s runs %s, want the upgraded %s", stale.Name, got, newImage)
 	}
-	assertKeptRunning(t, ns, "a daemon replaced after the upgrade", "left-0", "right-0")
+	assertKeptRunning(t, ns, "a daemon replaced after the upgrade", "left-0", "right-1")
 	applyYAML(t, ns, channelPod("left-1", "left", left))
 	mustKubectl(t, "-n", ns, "delete", "pod", "left-0", "--wait=true", "--timeout=2m")
 	waitRunning(t, ns, "left-1")
 	assertOneChannel(t, ns, "left-1")
-
-	// The right tray leaves: its Node is deleted, so are its pods.
-	clusterCmd(t, "remove-node", right)
-	waitPodGone(t, ns, "right-0", 3*time.Minute)
-	waitDomainNodes(t, ns, "right", 0)
-	// ... and joins again, as a fresh node of the same name.
-	clusterCmd(t, "add-node", right+"=gb200-nvl72-tray")
-	applyYAML(t, ns, channelPod("right-1", "right", right))
-	waitRunning(t, ns, "right-1")
-	r = waitDomainReady(t, ns, "right", 1)
-	assertDomainNodes(t, r, []string{right}, rackClique1)
-	assertApart(t, names, map[string]*v1alpha1.ComputeDomain{left: domainStatus(t, ns, "left"), right: r})
-	assertOneChannel(t, ns, "right-1")
-	assertKeptRunning(t, ns, "the other tray leaving and rejoining", "left-1")
 
 	mustKubectl(t, "-n", ns, "delete", "pods", "--all", "--wait=true", "--timeout=2m")
 	mustKubectl(t, "-n", ns, "delete", "computedomains.resource.gpudra.io", "--all", "--wait=true", "--timeout=2m")
