@@ -48,6 +48,21 @@ func (e *env) countSliceWrites() *atomic.Int32 {
 	return &writes
 }
 
+// startInstance starts one instance of the channel plugin as the pod
+// podUID of a rolling update, publishing channels channels; stop (also run
+// at the test's end) stops it once.
+func (e *env) startInstance(ctx context.Context, t *testing.T, cancel context.CancelCauseFunc, podUID string, channels int) (stop func()) {
+	t.Helper()
+	o := *e.o
+	o.PodUID, o.Channels = podUID, channels
+	p, err := Start(ctx, &o, e.client, e.dyn, cancel)
+	require.NoError(t, err)
+	var once sync.Once
+	stop = func() { once.Do(p.Stop) }
+	t.Cleanup(stop)
+	return stop
+}
+
 // TestRollingUpdateOnePublisher runs two channel plugin instances on one
 // node and plugin data directory, as a DaemonSet rolling update does
 // (--pod-uid). The upgrade changes what the node publishes (4 channels,
@@ -62,14 +77,7 @@ func TestRollingUpdateOnePublisher(t *testing.T) {
 	writes := e.countSliceWrites()
 	start := func(podUID string, channels int) (stop func()) {
 		t.Helper()
-		o := *e.o
-		o.PodUID, o.Channels = podUID, channels
-		p, err := Start(ctx, &o, e.client, e.dyn, cancel)
-		require.NoError(t, err)
-		var once sync.Once
-		stop = func() { once.Do(p.Stop) }
-		t.Cleanup(stop)
-		return stop
+		return e.startInstance(ctx, t, cancel, podUID, channels)
 	}
 	// published is the number of devices of the node's one slice (-1: not
 	// exactly one slice).
@@ -171,14 +179,7 @@ func TestRollingUpdateRecords(t *testing.T) {
 	e := newEnv(t)
 	start := func(podUID string) (stop func()) {
 		t.Helper()
-		o := *e.o
-		o.PodUID = podUID
-		p, err := Start(ctx, &o, e.client, e.dyn, cancel)
-		require.NoError(t, err)
-		var once sync.Once
-		stop = func() { once.Do(p.Stop) }
-		t.Cleanup(stop)
-		return stop
+		return e.startInstance(ctx, t, cancel, podUID, e.o.Channels)
 	}
 	recorded := func() []types.UID {
 		t.Helper()
