@@ -19,9 +19,16 @@ const passthroughTitle = "8. Passthrough readiness (read-only: what --passthroug
 // have a readable driver_override (the plugin's checks before a rebind);
 // the IOMMU group, the vfio-pci driver and /dev/vfio/vfio are reported, not
 // required: a node without them cannot pass GPUs through, which the plugin
-// then says at prepare.
+// then says at prepare. Only a run on a driver root (Config.Roots) has
+// them: a simulated NVML's GPUs are skipped.
 func (k *kit) passthrough(node *model.Node) {
 	s := k.r.section(passthroughTitle)
+	if k.cfg.Roots == nil {
+		// Not a driver root's NVML (ForDriverRoot sets Roots; the binary
+		// always does): its GPUs are not on this machine's PCI bus.
+		s.info("Skipped: NVML is not a driver root's (%s); its GPUs are not in this machine's sysfs", k.cfg.Library)
+		return
+	}
 	sysRoot := k.cfg.SysfsRoot
 	if sysRoot == "" {
 		sysRoot = "/sys"
