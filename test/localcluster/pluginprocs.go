@@ -20,6 +20,9 @@ func (c *Cluster) ImportImage(ctx context.Context, tar string) error {
 	if _, err := os.Stat(tar); err != nil {
 		return fmt.Errorf("image tarball: %w", err)
 	}
+	if err := c.refresh(); err != nil {
+		return err
+	}
 	for _, n := range c.cfg.Nodes {
 		if err := c.importImage(ctx, n.Name, tar); err != nil {
 			return err

@@ -82,20 +82,30 @@ func (c *Cluster) startNodeRuntime(ctx context.Context, spec NodeSpec) error {
 
 // TagImage gives the image src the further name dst in every node's CRI
 // image store, as pushing one image under a new tag does (an upgrade test
-// installs the chart with the new tag). Only containerd nodes can: a CRI-O
-// node is an error.
+// installs the chart with the new tag). Only containerd nodes can: with a
+// CRI-O node it is an error, before any node is changed.
 func (c *Cluster) TagImage(ctx context.Context, src, dst string) error {
+	if err := c.refresh(); err != nil {
+		return err
+	}
 	for _, n := range c.cfg.Nodes {
 		if c.runtimeOf(n.Name) == RuntimeCRIO {
 			return fmt.Errorf("node %s runs CRI-O: tagging an image there is not supported; remove the node first", n.Name)
 		}
-		argv := []string{c.bin("ctr"), "--address", c.hostSocket(n.Name), "-n", "k8s.io", "images", "tag", "--force", src, dst}
-		if _, err := run(ctx, argv...); err != nil {
+	}
+	for _, n := range c.cfg.Nodes {
+		if _, err := run(ctx, c.ctrImages(n.Name, "tag", "--force", src, dst)...); err != nil {
 			return fmt.Errorf("node %s: tag %s as %s: %w", n.Name, src, dst, err)
 		}
 	}
 	c.logf("tagged %s as %s on every node", src, dst)
 	return nil
+}
+
+// ctrImages is the command line of `ctr images <args>` in a containerd
+// node's CRI namespace.
+func (c *Cluster) ctrImages(node string, args ...string) []string {
+	return append([]string{c.bin("ctr"), "--address", c.hostSocket(node), "-n", "k8s.io", "images"}, args...)
 }
 
 // importImage imports an OCI image tarball into a node's runtime, in the
@@ -106,7 +116,7 @@ func (c *Cluster) importImage(ctx context.Context, node, tar string) error {
 		argv = c.nsenter(node, c.bin(crioImportBinary), "--root", CRIOStorageRoot, "--runroot", CRIOStorageRunRoot,
 			"--driver", CRIOStorageDriver, tar)
 	} else {
-		argv = []string{c.bin("ctr"), "--address", c.hostSocket(node), "-n", "k8s.io", "images", "import", tar}
+		argv = c.ctrImages(node, "import", tar)
 	}
 	if _, err := run(ctx, argv...); err != nil {
 		return fmt.Errorf("node %s: import %s: %w", node, filepath.Base(tar), err)
