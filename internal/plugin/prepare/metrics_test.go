@@ -102,10 +102,8 @@ func TestRecordsSyncedOnlyWhenAsked(t *testing.T) {
 						continue
 					}
 					for _, metric := range mf.GetMetric() {
-						for _, l := range metric.GetLabel() {
-							if l.GetName() == "durable" && l.GetValue() == durable {
-								return metric.GetHistogram().GetSampleCount()
-							}
+						if label(metric, "durable") == durable {
+							return metric.GetHistogram().GetSampleCount()
 						}
 					}
 				}
