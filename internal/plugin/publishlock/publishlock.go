@@ -96,9 +96,6 @@ func Start(ctx context.Context, cfg Config) (*Lock, error) {
 	return l, nil
 }
 
-// Path is the lock file.
-func (l *Lock) Path() string { return l.path }
-
 // Holder is what the lock file says about its holder (best effort: empty
 // when it cannot be read).
 func (l *Lock) Holder() string {
