@@ -33,9 +33,9 @@ func (k *kit) passthrough(node *model.Node) {
 	if sysRoot == "" {
 		sysRoot = "/sys"
 	}
-	devRoot := "/" // the root under which dev/vfio lives (nvmllib.Roots.Dev)
-	if k.cfg.Roots != nil && k.cfg.Roots.Dev != "" {
-		devRoot = k.cfg.Roots.Dev
+	devRoot := k.cfg.Roots.Dev // the root under which dev/vfio lives
+	if devRoot == "" {
+		devRoot = "/"
 	}
 	sys := vfio.HostSysfs{Root: sysRoot}
 	for _, g := range node.GPUs {
@@ -63,7 +63,7 @@ func (k *kit) passthrough(node *model.Node) {
 			s.info("GPU %s (%s): IOMMU group %d; %s", g.UUID, g.PCIBusID, group, exists(filepath.Join(devRoot, vfio.GroupPath(group))))
 		}
 	}
-	s.info("vfio-pci driver in sysfs: %s", exists(filepath.Join(sysRoot, "bus", "pci", "drivers", vfio.DriverVFIO)))
+	s.info("vfio-pci driver in sysfs: %s", exists(sys.DriverDir(vfio.DriverVFIO)))
 	s.info("VFIO container device: %s", exists(filepath.Join(devRoot, vfio.ContainerPath)))
 }
 

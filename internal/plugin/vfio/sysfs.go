@@ -55,8 +55,14 @@ func (h HostSysfs) device(addr string, name ...string) string {
 	return filepath.Join(append([]string{h.Root, "bus", "pci", "devices", addr}, name...)...)
 }
 
+// DriverDir is a PCI driver's directory; it exists while the driver is
+// loaded.
+func (h HostSysfs) DriverDir(driver string) string {
+	return filepath.Join(h.Root, "bus", "pci", "drivers", driver)
+}
+
 func (h HostSysfs) driverFile(driver, name string) string {
-	return filepath.Join(h.Root, "bus", "pci", "drivers", driver, name)
+	return filepath.Join(h.DriverDir(driver), name)
 }
 
 // Driver reads the device's driver link.
