@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -48,9 +49,11 @@ func (o *Options) cdiHookPath(ctx context.Context) (string, error) {
 
 // installCDIHook copies the hook at src to dst (executable, replaced
 // atomically: a container runtime may be running the old copy) unless dst
-// already has src's content, and returns dst.
+// already has src's content, and returns dst. Both files are streamed, never
+// read whole: the hook is several MiB, and a heap that held it twice at start
+// stayed in the idle plugin's RSS (the Go runtime returns freed pages slowly).
 func installCDIHook(ctx context.Context, src, dst string) (string, error) {
-	data, err := os.ReadFile(src)
+	in, err := os.Open(src)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("install nvidia-cdi-hook for the CDI specs: %s is missing (the gpudra image ships it there; "+
 			"a plugin run outside the image needs --nvidia-cdi-hook-source, or --nvidia-cdi-hook-path naming a hook on the host): %w", src, err)
@@ -58,19 +61,75 @@ func installCDIHook(ctx context.Context, src, dst string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("install nvidia-cdi-hook for the CDI specs: read %s: %w", src, err)
 	}
-	if len(data) == 0 {
-		return "", fmt.Errorf("install nvidia-cdi-hook for the CDI specs: %s is empty", src)
+	defer func() { _ = in.Close() }()
+	fi, err := in.Stat()
+	if err != nil {
+		return "", fmt.Errorf("install nvidia-cdi-hook for the CDI specs: read %s: %w", src, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() == 0 {
+		return "", fmt.Errorf("install nvidia-cdi-hook for the CDI specs: %s is empty or not a regular file", src)
 	}
 	logger := klog.FromContext(ctx)
-	if old, err := os.ReadFile(dst); err == nil && bytes.Equal(old, data) {
-		if fi, err := os.Stat(dst); err == nil && fi.Mode().Perm() == 0o755 {
-			logger.V(2).Info("nvidia-cdi-hook already installed", "path", dst)
-			return dst, nil
-		}
+	if same, err := installed(in, dst); err != nil {
+		return "", fmt.Errorf("install nvidia-cdi-hook for the CDI specs: compare %s with %s: %w", src, dst, err)
+	} else if same {
+		logger.V(2).Info("nvidia-cdi-hook already installed", "path", dst)
+		return dst, nil
 	}
-	if err := atomicfile.WriteFile(dst, data, 0o755); err != nil {
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		return "", fmt.Errorf("install nvidia-cdi-hook for the CDI specs: read %s: %w", src, err)
+	}
+	// The writer is the temp file itself, so io.Copy copies in the kernel.
+	if err := atomicfile.Write(dst, 0o755, atomicfile.SyncAll, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	}); err != nil {
 		return "", fmt.Errorf("install nvidia-cdi-hook for the CDI specs: %w", err)
 	}
-	logger.Info("Installed nvidia-cdi-hook for the CDI specs", "source", src, "path", dst, "bytes", len(data))
+	logger.Info("Installed nvidia-cdi-hook for the CDI specs", "source", src, "path", dst, "bytes", fi.Size())
 	return dst, nil
+}
+
+// installed tells whether dst is an executable (0755) copy of src: same
+// size, same bytes, compared a block at a time. A missing dst is not one.
+func installed(src *os.File, dst string) (bool, error) {
+	out, err := os.Open(dst)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = out.Close() }()
+	sfi, err := src.Stat()
+	if err != nil {
+		return false, err
+	}
+	dfi, err := out.Stat()
+	if err != nil {
+		return false, err
+	}
+	if dfi.Mode().Perm() != 0o755 || sfi.Size() != dfi.Size() {
+		return false, nil
+	}
+	const block = 64 << 10
+	a, b := make([]byte, block), make([]byte, block)
+	for {
+		n, errA := io.ReadFull(src, a)
+		m, errB := io.ReadFull(out, b)
+		if !bytes.Equal(a[:n], b[:m]) {
+			return false, nil
+		}
+		doneA := errA == io.EOF || errA == io.ErrUnexpectedEOF
+		doneB := errB == io.EOF || errB == io.ErrUnexpectedEOF
+		if doneA || doneB {
+			return doneA && doneB, nil
+		}
+		if errA != nil {
+			return false, errA
+		}
+		if errB != nil {
+			return false, errB
+		}
+	}
 }

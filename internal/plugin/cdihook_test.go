@@ -1,8 +1,10 @@
 package plugin
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -118,6 +120,88 @@ func TestInstallCDIHook(t *testing.T) {
 	after, err = os.Stat(dst)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o755), after.Mode().Perm())
+}
+
+// A hook of NVIDIA's real size (several MiB) is compared and copied a block
+// at a time: installing it allocates a small fraction of its size. Reading
+// it whole (source and installed copy) left both in the idle plugin's RSS.
+func TestInstallCDIHookStreams(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	const size = 8 << 20
+	big := make([]byte, size)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	src := filepath.Join(dir, "hook")
+	require.NoError(t, os.WriteFile(src, big, 0o755))
+	dst := filepath.Join(dir, "plugin", CDIHookFile)
+	require.NoError(t, os.MkdirAll(filepath.Dir(dst), 0o750))
+
+	allocated := func(install func()) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		install()
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	for _, step := range []string{"copy", "compare equal"} {
+		got := allocated(func() {
+			_, err := installCDIHook(ctx, src, dst)
+			require.NoError(t, err)
+		})
+		require.Less(t, got, uint64(size/8), "%s: installing an %d MiB hook allocated %d bytes", step, size>>20, got)
+	}
+	data, err := os.ReadFile(dst)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(big, data), "the installed hook differs from its source")
+}
+
+// installed compares the whole content, not only the size: a copy of the
+// same length that differs in any block (the last one included) is replaced.
+func TestInstalledComparesContent(t *testing.T) {
+	dir := t.TempDir()
+	const size = 3*64<<10 + 100 // three full blocks and a short one
+	src := filepath.Join(dir, "src")
+	base := bytes.Repeat([]byte{'a'}, size)
+	require.NoError(t, os.WriteFile(src, base, 0o755))
+	write := func(data []byte, perm os.FileMode) func(string) {
+		return func(p string) {
+			require.NoError(t, os.WriteFile(p, data, perm))
+			require.NoError(t, os.Chmod(p, perm)) // os.WriteFile's mode is subject to the umask
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		dst  func(p string)
+		want bool
+	}{
+		{"missing", func(string) {}, false},
+		{"identical", write(base, 0o755), true},
+		{"not executable", write(base, 0o644), false},
+		{"shorter", write(base[:size-1], 0o755), false},
+		{"empty", write(nil, 0o755), false},
+		{"first byte differs", write(changed(base, 0), 0o755), false},
+		{"second block differs", write(changed(base, 64<<10), 0o755), false},
+		{"last byte differs", write(changed(base, size-1), 0o755), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "dst")
+			tc.dst(dst)
+			f, err := os.Open(src)
+			require.NoError(t, err)
+			defer func() { _ = f.Close() }()
+			got, err := installed(f, dst)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func changed(b []byte, at int) []byte {
+	c := bytes.Clone(b)
+	c[at] = 'b'
+	return c
 }
 
 // The flag's default is where the gpudra image carries the hook.
