@@ -3,17 +3,12 @@ package endpoints
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
-	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
@@ -43,8 +38,8 @@ const selfSignedValidity = 10 * 365 * 24 * time.Hour
 // bearer token, Authorizer whether its user may "get" the non-resource URL
 // /metrics.
 type Auth struct {
-	Authenticator authenticator.Request
-	Authorizer    authorizer.Authorizer
+	Authenticator Authenticator
+	Authorizer    Authorizer
 }
 
 // DelegatedAuth returns an Auth that asks the API server: a TokenReview for
@@ -53,32 +48,28 @@ type Auth struct {
 // authentication.k8s.io/tokenreviews and
 // authorization.k8s.io/subjectaccessreviews.
 func DelegatedAuth(client kubernetes.Interface) (*Auth, error) {
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
-	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
-		TokenAccessReviewClient:  client.AuthenticationV1(),
-		TokenAccessReviewTimeout: reviewTimeout,
-		WebhookRetryBackoff:      &backoff,
-		CacheTTL:                 authnCacheTTL,
-	}.New()
-	if err != nil {
-		return nil, fmt.Errorf("set up TokenReview authentication for /metrics: %w", err)
+	if client == nil {
+		return nil, errors.New("authenticate /metrics requests: no Kubernetes client")
 	}
-	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
-		SubjectAccessReviewClient: client.AuthorizationV1(),
-		AllowCacheTTL:             allowCacheTTL,
-		DenyCacheTTL:              denyCacheTTL,
-		WebhookRetryBackoff:       &backoff,
-	}.New()
-	if err != nil {
-		return nil, fmt.Errorf("set up SubjectAccessReview authorization for /metrics: %w", err)
+	d := newDelegated(client)
+	return &Auth{Authenticator: d, Authorizer: d}, nil
+}
+
+// bearerToken is the token of an "Authorization: Bearer <token>" header;
+// "" without one.
+func bearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return ""
 	}
-	return &Auth{Authenticator: authn, Authorizer: authz}, nil
+	return strings.TrimSpace(token)
 }
 
 // Protect answers MetricsPath only to authenticated and authorized callers:
 // 401 without a valid bearer token (a TokenReview that fails counts as one),
 // 403 when its user may not "get" /metrics, 500 when the SubjectAccessReview
-// fails. Every other path of h is served as it is.
+// fails. The token is taken off the request before h sees it. Every other
+// path of h is served as it is.
 func Protect(h http.Handler, auth *Auth) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != MetricsPath {
@@ -86,34 +77,33 @@ func Protect(h http.Handler, auth *Auth) http.Handler {
 			return
 		}
 		logger := klog.FromContext(r.Context())
-		resp, ok, err := auth.Authenticator.AuthenticateRequest(r)
-		if err != nil {
-			logger.V(4).Info("Metrics request not authenticated", "remote", r.RemoteAddr, "err", err)
+		var u User
+		ok := false
+		if token := bearerToken(r); token != "" {
+			var err error
+			if u, ok, err = auth.Authenticator.Authenticate(r.Context(), token); err != nil {
+				logger.V(4).Info("Metrics request not authenticated", "remote", r.RemoteAddr, "err", err)
+			}
 		}
 		if !ok {
-			// An invalid token is an error here too; only a review that
-			// could not be made would deserve a 500, and the authenticator
-			// does not tell those apart.
+			// A review that could not be made is answered as an invalid
+			// token: the caller retries at its next scrape either way.
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gpudra metrics"`)
 			http.Error(w, "Unauthorized: send a ServiceAccount or user token as \"Authorization: Bearer <token>\"", http.StatusUnauthorized)
 			return
 		}
-		attrs := authorizer.AttributesRecord{
-			User:            resp.User,
-			Verb:            strings.ToLower(r.Method),
-			Path:            r.URL.Path,
-			ResourceRequest: false,
-		}
-		decision, reason, err := auth.Authorizer.Authorize(r.Context(), attrs)
+		r.Header.Del("Authorization")
+		verb := strings.ToLower(r.Method)
+		allowed, reason, err := auth.Authorizer.Allowed(r.Context(), u, verb, r.URL.Path)
 		if err != nil {
-			logger.Error(err, "Cannot authorize a metrics request", "user", resp.User.GetName())
+			logger.Error(err, "Cannot authorize a metrics request", "user", u.Name)
 			http.Error(w, "Internal error: the API server could not authorize the request", http.StatusInternalServerError)
 			return
 		}
-		if decision != authorizer.DecisionAllow {
-			logger.V(4).Info("Metrics request forbidden", "user", resp.User.GetName(), "reason", reason)
+		if !allowed {
+			logger.V(4).Info("Metrics request forbidden", "user", u.Name, "reason", reason)
 			http.Error(w, fmt.Sprintf("Forbidden: user %q may not %s nonResourceURL %q; bind it to a ClusterRole "+
-				"that allows it (the chart's <fullname>-kubelet-plugin-metrics-reader)", resp.User.GetName(), attrs.Verb, attrs.Path), http.StatusForbidden)
+				"that allows it (the chart's <fullname>-kubelet-plugin-metrics-reader)", u.Name, verb, r.URL.Path), http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -129,41 +119,31 @@ type ServingCert struct {
 	Host     string
 }
 
-// TLSConfig returns a server configuration (TLS 1.2 or later) that serves c
-// and keeps serving its newest content until ctx is done.
+// TLSConfig returns a server configuration (TLS 1.2 or later) that serves
+// c: the files' newest pair (read again at a handshake after either file
+// changed; a pair that does not load is logged and the last good one kept
+// until ctx is done), or the self-signed certificate.
 func TLSConfig(ctx context.Context, c ServingCert) (*tls.Config, error) {
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		return nil, fmt.Errorf("metrics serving certificate: give both the certificate file (%q) and the key file (%q), or neither for a self-signed one",
 			c.CertFile, c.KeyFile)
 	}
-	var content dynamiccertificates.CertKeyContentProvider
-	var files *dynamiccertificates.DynamicCertKeyPairContent
-	if c.CertFile != "" {
-		var err error
-		files, err = dynamiccertificates.NewDynamicServingContentFromFiles("metrics-serving-certificate", c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("load the metrics serving certificate %s and key %s: %w (they must be PEM files that form a key pair)",
-				c.CertFile, c.KeyFile, err)
-		}
-		content = files
-	} else {
+	if c.CertFile == "" {
 		certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKeyWithOptions(certutil.SelfSignedCertKeyOptions{
 			Host: c.Host, MaxAge: selfSignedValidity})
 		if err != nil {
 			return nil, fmt.Errorf("generate a self-signed metrics serving certificate: %w", err)
 		}
-		if content, err = dynamiccertificates.NewStaticCertKeyContent("self-signed-metrics-certificate", certPEM, keyPEM); err != nil {
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
 			return nil, fmt.Errorf("load the self-signed metrics serving certificate: %w", err)
 		}
+		return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
 	}
-	ctrl := dynamiccertificates.NewDynamicServingCertificateController(&tls.Config{MinVersion: tls.VersionTLS12}, nil, content, nil, nil)
-	if err := ctrl.RunOnce(); err != nil {
-		return nil, fmt.Errorf("serve the metrics certificate: %w", err)
+	files := &certFiles{ctx: ctx, certFile: c.CertFile, keyFile: c.KeyFile}
+	if err := files.load(); err != nil {
+		return nil, fmt.Errorf("load the metrics serving certificate %s and key %s: %w (they must be PEM files that form a key pair)",
+			c.CertFile, c.KeyFile, err)
 	}
-	if files != nil {
-		files.AddListener(ctrl)
-		go files.Run(ctx, 1)
-	}
-	go ctrl.Run(1, ctx.Done())
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: ctrl.GetConfigForClient}, nil
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: files.get}, nil
 }

@@ -18,9 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
@@ -31,26 +28,24 @@ type fakeAuth struct {
 	users map[string]string // token → user name
 	allow map[string]bool   // user name → may get /metrics
 	err   error             // the authorizer's error
-	got   []authorizer.Attributes
 }
 
-func (f *fakeAuth) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
-	name, ok := f.users[r.Header.Get("Authorization")]
+func (f *fakeAuth) Authenticate(_ context.Context, token string) (User, bool, error) {
+	name, ok := f.users[token]
 	if !ok {
-		return nil, false, errors.New("invalid bearer token")
+		return User{}, false, errors.New("invalid bearer token")
 	}
-	return &authenticator.Response{User: &user.DefaultInfo{Name: name}}, true, nil
+	return User{Name: name}, true, nil
 }
 
-func (f *fakeAuth) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-	f.got = append(f.got, a)
+func (f *fakeAuth) Allowed(_ context.Context, u User, verb, path string) (bool, string, error) {
 	if f.err != nil {
-		return authorizer.DecisionNoOpinion, "", f.err
+		return false, "", f.err
 	}
-	if f.allow[a.GetUser().GetName()] && a.GetVerb() == "get" && a.GetPath() == MetricsPath && !a.IsResourceRequest() {
-		return authorizer.DecisionAllow, "", nil
+	if f.allow[u.Name] && verb == "get" && path == MetricsPath {
+		return true, "", nil
 	}
-	return authorizer.DecisionNoOpinion, "no rule", nil
+	return false, "no rule", nil
 }
 
 func testMux() http.Handler {
@@ -91,8 +86,8 @@ func do(t *testing.T, client *http.Client, url, token string) (int, string) {
 }
 
 func TestProtect(t *testing.T) {
-	auth := &fakeAuth{users: map[string]string{"Bearer reader": "reader", "Bearer other": "other"}, allow: map[string]bool{"reader": true}}
-	base, client := serveTLS(t, Protect(testMux(), &Auth{Authenticator: auth, Authorizer: authorizer.AuthorizerFunc(auth.Authorize)}))
+	auth := &fakeAuth{users: map[string]string{"reader": "reader", "other": "other"}, allow: map[string]bool{"reader": true}}
+	base, client := serveTLS(t, Protect(testMux(), &Auth{Authenticator: auth, Authorizer: auth}))
 	for _, tc := range []struct {
 		name, path, token string
 		code              int
@@ -159,13 +154,13 @@ func fakeAPIServer(t *testing.T) (kubernetes.Interface, *[]authorizationv1.Subje
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}})
 	require.NoError(t, err)
 	return client, &sars
 }
 
-// TestDelegatedAuth runs the apiserver library's TokenReview and
-// SubjectAccessReview clients against a fake API server.
+// TestDelegatedAuth runs DelegatedAuth's TokenReviews and
+// SubjectAccessReviews behind Protect against a fake API server.
 func TestDelegatedAuth(t *testing.T) {
 	client, sars := fakeAPIServer(t)
 	auth, err := DelegatedAuth(client)
