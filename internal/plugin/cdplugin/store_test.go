@@ -28,7 +28,8 @@ import (
 
 // TestRecordsLock: the records' lock, taken through two records of one
 // plugin dir (two instances of the plugin, or two calls of one), is held by
-// one at a time; the other waits until it is released.
+// one at a time; the other waits until it is released, or until its
+// context ends.
 func TestRecordsLock(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	dir := t.TempDir()
@@ -46,6 +47,11 @@ func TestRecordsLock(t *testing.T) {
 		t.Fatal("the lock was taken twice")
 	case <-time.After(200 * time.Millisecond):
 	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = newRecords(dir, "node-a").Lock(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, filepath.Join(dir, lockFile))
 	unlock()
 	select {
 	case unlock := <-locked:
