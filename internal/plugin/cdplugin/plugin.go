@@ -127,8 +127,9 @@ func Run(ctx context.Context, o *Options) error {
 	return nil
 }
 
-// Start discovers the node's clique, restores the prepared claims' records
-// (converting a previous version's checkpoint.json first), starts the
+// Start discovers the node's clique, checks the prepared claims' records,
+// which Node reads from then on (converting a previous version's
+// checkpoint.json first), starts the
 // ComputeDomain informers, serves the kubelet's DRA API and publishes the
 // node's channel and daemon devices, at once or, while another instance of
 // the node holds the publish lock (a rolling update), once it stops. fatal
