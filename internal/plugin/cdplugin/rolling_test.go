@@ -230,29 +230,38 @@ func TestRollingUpdateRecords(t *testing.T) {
 // update does, and unprepares a domain's two claims on the node through
 // different instances: whichever instance unprepares the domain's last
 // claim takes the node's label away, and the first unprepare leaves it to
-// the claim that remains. (The subtests' names are short: a socket path has
-// at most 108 bytes, and the temporary directory carries the test's name.)
+// the claim that remains. Each instance once kept the claims in memory and
+// the last unprepare, through the instance that still remembered the
+// other claim, left the label in place.
 func TestRollingOverlap(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// takenOver: the claims are prepared through the old instance
-		// after the new one started, and the new one saw them at an
-		// unprepare of another claim (c3); else the new one read them
-		// at its start.
+		// after the new one started, and the new one unprepares another
+		// claim (c3) meanwhile (which took the recorded claims into its
+		// memory); else they are prepared before the new one starts
+		// (which read them into its memory).
 		takenOver bool
 		// firstVia unprepares c1, then lastVia unprepares c2.
 		firstVia, lastVia string
 	}{
-		{name: "restored-old", firstVia: "old-pod", lastVia: "new-pod"},
-		{name: "restored-new", firstVia: "new-pod", lastVia: "old-pod"},
-		{name: "takenover-old", takenOver: true, firstVia: "old-pod", lastVia: "new-pod"},
-		{name: "takenover-new", takenOver: true, firstVia: "new-pod", lastVia: "old-pod"},
+		{name: "old unprepares a claim the new one restored", firstVia: "old-pod", lastVia: "new-pod"},
+		{name: "new unprepares a claim it restored", firstVia: "new-pod", lastVia: "old-pod"},
+		{name: "old unprepares a claim the new one took over", takenOver: true, firstVia: "old-pod", lastVia: "new-pod"},
+		{name: "new unprepares a claim it took over", takenOver: true, firstVia: "new-pod", lastVia: "old-pod"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			ctx, cancel := context.WithCancelCause(ctx)
 			defer cancel(nil)
 			e := newEnv(t)
+			// A socket path has at most 108 bytes; t.TempDir's carry the
+			// subtest's name.
+			short, err := os.MkdirTemp("", "cd")
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = os.RemoveAll(short) })
+			e.o.KubeletPluginsDir, e.o.KubeletRegistrarDir = filepath.Join(short, "p"), filepath.Join(short, "r")
+			require.NoError(t, os.Mkdir(e.o.KubeletRegistrarDir, 0o750))
 			e.startInstance(ctx, t, cancel, "old-pod", e.o.Channels)
 			dra := map[string]drapb.DRAPluginClient{"old-pod": e.draAt(t, "old-pod")}
 			e.setDomain(t, ctx, "", v1alpha1.DomainReady)
