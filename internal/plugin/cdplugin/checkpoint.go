@@ -50,9 +50,19 @@ type checkpointData struct {
 	Claims  []computedomain.PreparedClaim `json:"claims"`
 }
 
-// records are the per-claim records of one node in dir.
+// lockFile, in the plugin data dir, is the records' lock (records.Lock).
+const lockFile = "claims.lock"
+
+// records are the per-claim records of one node in dir, the
+// computedomain.Store of the plugin: every instance of the node reads and
+// writes them under the flock of lock.
 type records struct {
-	dir, node string
+	dir, node, lock string
+}
+
+// newRecords are the records of node in the plugin data dir dataDir.
+func newRecords(dataDir, node string) records {
+	return records{dir: filepath.Join(dataDir, recordsDir), node: node, lock: filepath.Join(dataDir, lockFile)}
 }
 
 // path is the record file of uid, or an error if uid cannot name a file.

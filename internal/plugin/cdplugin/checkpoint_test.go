@@ -152,7 +152,7 @@ func TestStartMigratesCheckpoint(t *testing.T) {
 
 	p := e.start(t, ctx, cancel)
 	defer p.Stop()
-	require.ElementsMatch(t, []computedomain.PreparedClaim{channelC1, daemonD1}, p.Node.Prepared())
+	require.ElementsMatch(t, []computedomain.PreparedClaim{channelC1, daemonD1}, prepared(t, ctx, p.Node))
 	require.NoFileExists(t, path)
 	got, err := e.records().load(ctx)
 	require.NoError(t, err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -31,59 +30,30 @@ import (
 const informerResync = 10 * time.Minute
 
 // driver is the kubeletplugin.DRAPlugin of the channel driver: Claims'
-// prepare and unprepare, then the record of each claim of the call.
+// prepare and unprepare. Node keeps the claims in the records on disk
+// (records, its Store), which another instance of the node (a rolling
+// update's overlap) shares: a claim's record is written before its prepare
+// labels the node and removed after its unprepare, and whether a domain's
+// last claim on the node is gone is read from the records, under their
+// lock, whichever instance prepared the claims.
 type driver struct {
 	claims *computedomain.Claims
-	node   *computedomain.Node
-	// records holds one record per prepared claim; mu orders reading a
-	// claim from node with writing or removing its record.
-	records records
-	mu      sync.Mutex
-	cancel  context.CancelCauseFunc
+	cancel context.CancelCauseFunc
 }
 
 var _ kubeletplugin.DRAPlugin = (*driver)(nil)
 
-// PrepareResourceClaims implements kubeletplugin.DRAPlugin. Each claim Node
-// holds afterwards (prepared, or labelled and waiting for its daemon) gets
-// its record written. A record that cannot be written fails that claim,
-// which the kubelet retries (prepare is idempotent): a claim the plugin
-// would forget on restart would keep the node's domain label forever.
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin. A claim whose
+// record cannot be written fails, which the kubelet retries (prepare is
+// idempotent): a claim the plugin would forget would keep the node's
+// domain label forever.
 func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	res, err := d.claims.PrepareResourceClaims(ctx, claims)
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range claims {
-		if err := d.record(c.UID, false); err != nil {
-			r := res[c.UID]
-			res[c.UID] = kubeletplugin.PrepareResult{Err: errors.Join(r.Err, err)}
-		}
-	}
-	return res, nil
+	return d.claims.PrepareResourceClaims(ctx, claims)
 }
 
-// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. It first
-// takes over the records of claims Node does not hold (prepared by another
-// instance of the node during a rolling update), so that their unprepare
-// removes the label and node list they hold and another domain claim's
-// unprepare leaves those in place; then it removes the record of each
-// claim unprepared.
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
 func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	d.adopt(ctx)
-	res, err := d.claims.UnprepareResourceClaims(ctx, claims)
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range claims {
-		if res[c.UID] != nil {
-			continue // the claim and its record stay; the kubelet retries
-		}
-		if err := d.record(c.UID, true); err != nil {
-			res[c.UID] = err
-		}
-	}
-	return res, nil
+	return d.claims.UnprepareResourceClaims(ctx, claims)
 }
 
 // HandleError implements kubeletplugin.DRAPlugin: background errors (the
@@ -100,45 +70,6 @@ func (d *driver) HandleError(ctx context.Context, err error, msg string) {
 // so the helper never calls it).
 func (d *driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
 	return kubeletplugin.ErrHealthNotSupported
-}
-
-// record writes the record of claim uid if Node holds it; if Node does not
-// and the claim was unprepared, it removes the record. A prepare that left
-// nothing in Node leaves the record alone: it may be another instance's.
-func (d *driver) record(uid types.UID, unprepared bool) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	c, ok := d.node.PreparedClaim(uid)
-	switch {
-	case ok:
-		return d.records.put(c)
-	case unprepared:
-		return d.records.remove(uid)
-	}
-	return nil
-}
-
-// adopt gives Node the recorded claims it does not hold. A record it
-// cannot read is logged: the claims Node holds are unprepared as before.
-func (d *driver) adopt(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	recorded, err := d.records.load(ctx)
-	if err != nil {
-		logger.Error(err, "Cannot take over the claims other instances of the plugin prepared")
-		return
-	}
-	var adopted []computedomain.PreparedClaim
-	for _, c := range recorded {
-		if _, ok := d.node.PreparedClaim(c.UID); !ok {
-			adopted = append(adopted, c)
-		}
-	}
-	if len(adopted) > 0 {
-		d.node.Restore(adopted)
-		logger.Info("Took over prepared claims recorded by another instance of the plugin", "claims", adopted)
-	}
 }
 
 // Plugin is a started channel driver plugin.
@@ -196,8 +127,9 @@ func Run(ctx context.Context, o *Options) error {
 	return nil
 }
 
-// Start discovers the node's clique, restores the prepared claims' records
-// (converting a previous version's checkpoint.json first), starts the
+// Start discovers the node's clique, checks the prepared claims' records,
+// which Node reads from then on (converting a previous version's
+// checkpoint.json first), starts the
 // ComputeDomain informers, serves the kubelet's DRA API and publishes the
 // node's channel and daemon devices, at once or, while another instance of
 // the node holds the publish lock (a rolling update), once it stops. fatal
@@ -234,23 +166,20 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 		return nil, err
 	}
 	domainsDir := filepath.Join(dataDir, "domains")
+	recs := newRecords(dataDir, o.NodeName)
 	node, err := computedomain.NewNode(computedomain.Config{
 		NodeName: o.NodeName, Names: names, Client: client, Domains: domains, Channels: channels, ChannelCount: o.Channels,
 		CliqueID: clique, DaemonNamespace: o.Namespace, DomainsDir: domainsDir, HostDomainsDir: domainsDir,
 		HostDriverRoot: roots.HostDriver, FabricMgmt: fabricMgmt(ctx, roots, clique), ReadyWait: o.DaemonReadyWait,
+		Store: recs,
 	})
 	if err != nil {
 		return nil, err
 	}
-	recs := records{dir: filepath.Join(dataDir, recordsDir), node: o.NodeName}
-	if err := recs.migrateCheckpoint(ctx, filepath.Join(dataDir, checkpointFile)); err != nil {
-		return nil, err
-	}
-	restored, err := recs.load(ctx)
+	restored, err := restoreRecords(ctx, recs, filepath.Join(dataDir, checkpointFile))
 	if err != nil {
 		return nil, err
 	}
-	node.Restore(restored)
 	claims, err := computedomain.NewClaims(node, o.CDIRoot)
 	if err != nil {
 		return nil, err
@@ -280,7 +209,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 		return nil, fmt.Errorf("ComputeDomain informers did not sync: %w", context.Cause(ctx))
 	}
 
-	d := &driver{claims: claims, node: node, records: recs, cancel: fatal}
+	d := &driver{claims: claims, cancel: fatal}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(names.Driver),
 		kubeletplugin.NodeName(o.NodeName),
@@ -292,8 +221,9 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 		// Calls run concurrently: a channel claim's prepare waits up to
 		// --daemon-ready-wait for the domain's daemon on this node, whose
 		// own claim must be prepared meanwhile. Node orders its label
-		// changes and claims itself; each claim's record is written or
-		// removed (under mu) from Node's state after the call's change.
+		// and node list changes with the claims' records under the
+		// records' lock, which the other instance of a rolling update
+		// takes too.
 		kubeletplugin.Serialize(false),
 		// The channel driver reports no device health.
 		kubeletplugin.HealthService(false),
@@ -328,4 +258,20 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 	logger.Info("compute-domain kubelet plugin running", "node", o.NodeName, "driver", names.Driver, "cliqueID", clique,
 		"channels", o.Channels, "restoredClaims", len(restored), "computeDomainVersions", len(gvrs), "dataDir", dataDir)
 	return &Plugin{Helper: helper, Node: node, CliqueID: clique, health: hs, lock: lock, stop: stop}, nil
+}
+
+// restoreRecords converts a previous version's checkpoint.json at
+// checkpoint into records (under the records' lock: another instance may
+// be writing records) and reads the records, refusing any it cannot trust;
+// Node reads them from disk from then on.
+func restoreRecords(ctx context.Context, recs records, checkpoint string) ([]computedomain.PreparedClaim, error) {
+	unlock, err := recs.Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := recs.migrateCheckpoint(ctx, checkpoint); err != nil {
+		return nil, err
+	}
+	return recs.load(ctx)
 }

@@ -93,23 +93,30 @@ func (e *env) setDomain(t *testing.T, ctx context.Context, clique string, state 
 // claim creates an allocated claim of one device of the channel driver.
 func (e *env) claim(t *testing.T, ctx context.Context, ns, name, uid, request, device, kind string) *drapb.Claim {
 	t.Helper()
+	c := allocatedClaim(t, ns, name, uid, request, device, kind)
+	_, err := e.client.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return &drapb.Claim{Namespace: ns, Name: name, Uid: uid}
+}
+
+// allocatedClaim is a claim of one device of the channel driver on node-a,
+// allocated with a configuration of kind for domain u1.
+func allocatedClaim(t *testing.T, ns, name, uid, request, device, kind string) *resourceapi.ResourceClaim {
+	t.Helper()
 	raw, err := json.Marshal(imex.ClaimConfig{APIVersion: names.ConfigAPIVersion, Kind: kind, DomainID: "u1"})
 	require.NoError(t, err)
-	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: typesUID(uid)},
+	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: typesUID(uid)},
 		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
 			Results: []resourceapi.DeviceRequestAllocationResult{{Request: request, Driver: names.Driver, Pool: "node-a", Device: device}},
 			Config: []resourceapi.DeviceAllocationConfiguration{{Source: resourceapi.AllocationConfigSourceClaim,
 				DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
 					Driver: names.Driver, Parameters: runtime.RawExtension{Raw: raw}}}}},
 		}}}}
-	_, err = e.client.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{})
-	require.NoError(t, err)
-	return &drapb.Claim{Namespace: ns, Name: name, Uid: uid}
 }
 
 // records are the per-claim records of the env's plugin data dir.
 func (e *env) records() records {
-	return records{dir: filepath.Join(e.o.PluginDataDir(), recordsDir), node: e.o.NodeName}
+	return newRecords(e.o.PluginDataDir(), e.o.NodeName)
 }
 
 func (e *env) dra(t *testing.T) drapb.DRAPluginClient {
@@ -242,7 +249,7 @@ func TestKubeletPath(t *testing.T) {
 	require.ElementsMatch(t, []computedomain.PreparedClaim{
 		{UID: "c1", Kind: computedomain.TypeChannel, DomainID: "u1", Ready: true},
 		{UID: "d1", Kind: computedomain.TypeDaemon, DomainID: "u1", Ready: true},
-	}, p2.Node.Prepared())
+	}, prepared(t, ctx, p2.Node))
 
 	dra = e.dra(t)
 	uresp, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{c1, d1}})

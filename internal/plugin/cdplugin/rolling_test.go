@@ -169,8 +169,8 @@ func unprepare(t *testing.T, ctx context.Context, dra drapb.DRAPluginClient, c *
 // update does. A claim the old instance prepares after the new one started
 // keeps its record while the new one prepares and unprepares other claims
 // (each instance writes and removes only its calls' claims' records); the
-// new one takes it over at its next unprepare, so that claim still holds
-// the node in the domain; and a third instance, started afterwards,
+// new one reads it from the records at its unprepares, so that claim still
+// holds the node in the domain; and a third instance, started afterwards,
 // restores it and takes the label away at its unprepare.
 func TestRollingUpdateRecords(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
@@ -219,9 +219,79 @@ func TestRollingUpdateRecords(t *testing.T) {
 	p3, err := Start(ctx, e.o, e.client, e.dyn, cancel)
 	require.NoError(t, err)
 	defer p3.Stop()
-	require.Equal(t, []computedomain.PreparedClaim{channelC1}, p3.Node.Prepared(), "a later instance restores the claim")
+	require.Equal(t, []computedomain.PreparedClaim{channelC1}, prepared(t, ctx, p3.Node), "a later instance restores the claim")
 	unprepare(t, ctx, e.dra(t), c1)
 	require.Empty(t, e.label(t, ctx), "its unprepare takes the label away")
 	require.Empty(t, recorded())
 	require.NoError(t, context.Cause(ctx))
+}
+
+// TestRollingOverlap runs two instances on one data dir, as a rolling
+// update does, and unprepares a domain's two claims on the node through
+// different instances: whichever instance unprepares the domain's last
+// claim takes the node's label away, and the first unprepare leaves it to
+// the claim that remains. Each instance once kept the claims in memory and
+// the last unprepare, through the instance that still remembered the
+// other claim, left the label in place.
+func TestRollingOverlap(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// takenOver: the claims are prepared through the old instance
+		// after the new one started, and the new one unprepares another
+		// claim (c3) meanwhile (which took the recorded claims into its
+		// memory); else they are prepared before the new one starts
+		// (which read them into its memory).
+		takenOver bool
+		// firstVia unprepares c1, then lastVia unprepares c2.
+		firstVia, lastVia string
+	}{
+		{name: "old unprepares a claim the new one restored", firstVia: "old-pod", lastVia: "new-pod"},
+		{name: "new unprepares a claim it restored", firstVia: "new-pod", lastVia: "old-pod"},
+		{name: "old unprepares a claim the new one took over", takenOver: true, firstVia: "old-pod", lastVia: "new-pod"},
+		{name: "new unprepares a claim it took over", takenOver: true, firstVia: "new-pod", lastVia: "old-pod"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			e := newEnv(t)
+			// A socket path has at most 108 bytes; t.TempDir's carry the
+			// subtest's name.
+			short, err := os.MkdirTemp("", "cd")
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = os.RemoveAll(short) })
+			e.o.KubeletPluginsDir, e.o.KubeletRegistrarDir = filepath.Join(short, "p"), filepath.Join(short, "r")
+			require.NoError(t, os.Mkdir(e.o.KubeletRegistrarDir, 0o750))
+			e.startInstance(ctx, t, cancel, "old-pod", e.o.Channels)
+			dra := map[string]drapb.DRAPluginClient{"old-pod": e.draAt(t, "old-pod")}
+			e.setDomain(t, ctx, "", v1alpha1.DomainReady)
+			channel := func(uid, device string) *drapb.Claim {
+				return e.claim(t, ctx, "team", uid, uid, "channel", device, names.ChannelConfigKind)
+			}
+			c1, c2 := channel("c1", "channel-1"), channel("c2", "channel-2")
+			if !tc.takenOver {
+				prepare(t, ctx, dra["old-pod"], c1)
+				prepare(t, ctx, dra["old-pod"], c2)
+			}
+			e.startInstance(ctx, t, cancel, "new-pod", e.o.Channels)
+			dra["new-pod"] = e.draAt(t, "new-pod")
+			if tc.takenOver {
+				c3 := channel("c3", "channel-3")
+				prepare(t, ctx, dra["old-pod"], c1)
+				prepare(t, ctx, dra["old-pod"], c2)
+				prepare(t, ctx, dra["old-pod"], c3)
+				unprepare(t, ctx, dra["new-pod"], c3)
+			}
+			require.Equal(t, "u1", e.label(t, ctx))
+
+			unprepare(t, ctx, dra[tc.firstVia], c1)
+			require.Equal(t, "u1", e.label(t, ctx), "c2 still holds the node in the domain")
+			unprepare(t, ctx, dra[tc.lastVia], c2)
+			require.Empty(t, e.label(t, ctx), "the domain's last claim on the node is gone: so is the label")
+			got, err := e.records().load(ctx)
+			require.NoError(t, err)
+			require.Empty(t, got)
+			require.NoError(t, context.Cause(ctx))
+		})
+	}
 }

@@ -64,5 +64,5 @@ func TestClaimsPrepareAndUnprepare(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, entries, "the specs are removed")
 	assert.NotContains(t, nodeLabels(t, client), label)
-	assert.Empty(t, n.Prepared())
+	assert.Empty(t, prepared(t, n))
 }

@@ -61,12 +61,10 @@ func (n *Node) prepareDaemon(ctx context.Context, claim *resourceapi.ResourceCla
 	if err != nil {
 		return nil, err
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if err := n.writeNodes(ctx, cd); err != nil {
+	held := PreparedClaim{UID: claim.UID, Kind: TypeDaemon, DomainID: uid, Ready: true}
+	if err := n.hold(ctx, held, func(ctx context.Context) error { return n.writeNodes(ctx, cd) }); err != nil {
 		return nil, err
 	}
-	n.claims[claim.UID] = PreparedClaim{UID: claim.UID, Kind: TypeDaemon, DomainID: uid, Ready: true}
 	d := devices[0]
 	return []PreparedDevice{{Requests: []string{d.result.Request}, Pool: d.result.Pool, Device: d.result.Device, Edits: n.daemonEdits(uid)}}, nil
 }
@@ -114,10 +112,13 @@ func NodesList(cd *v1alpha1.ComputeDomain, cliqueID string) []byte {
 // prepared here and the list changed; a plugin calls it on every change
 // of a ComputeDomain's status. It reports whether it wrote.
 func (n *Node) SyncNodes(ctx context.Context, cd *v1alpha1.ComputeDomain) (bool, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.holds(string(cd.UID), TypeDaemon, "") {
-		return false, nil
+	unlock, err := n.cfg.Store.Lock(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	if held, err := n.holds(ctx, string(cd.UID), TypeDaemon, ""); err != nil || !held {
+		return false, err
 	}
 	old, err := os.ReadFile(filepath.Join(n.domainDir(string(cd.UID)), NodesConfigFile))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -130,8 +131,8 @@ func (n *Node) SyncNodes(ctx context.Context, cd *v1alpha1.ComputeDomain) (bool,
 }
 
 // writeNodes replaces the domain's node list atomically (write, rename),
-// as the imex contract asks (internal/shared/atomicfile). Called with mu
-// held.
+// as the imex contract asks (internal/shared/atomicfile). Called with the
+// store's lock held.
 func (n *Node) writeNodes(ctx context.Context, cd *v1alpha1.ComputeDomain) error {
 	dir := n.domainDir(string(cd.UID))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -145,33 +146,75 @@ func (n *Node) writeNodes(ctx context.Context, cd *v1alpha1.ComputeDomain) error
 	return nil
 }
 
-// holds tells whether a claim other than except of the kind and domain is
-// prepared (or, for channels, labelled the node). Called with mu held.
-func (n *Node) holds(uid, kind string, except types.UID) bool {
-	for _, c := range n.claims {
-		if c.UID != except && c.DomainID == uid && c.Kind == kind {
-			return true
-		}
+// hold records claim c in the store, then runs apply (labelling the node,
+// writing the node list), all under the store's lock: the record comes
+// first, so that a crash in between leaves a claim whose unprepare undoes
+// what apply did. If apply fails, the claim's previous record (or none) is
+// put back.
+func (n *Node) hold(ctx context.Context, c PreparedClaim, apply func(context.Context) error) error {
+	unlock, err := n.cfg.Store.Lock(ctx)
+	if err != nil {
+		return err
 	}
-	return false
+	defer unlock()
+	prev, had, err := n.cfg.Store.Claim(ctx, c.UID)
+	if err != nil {
+		return err
+	}
+	if had && prev.Kind == c.Kind && prev.DomainID == c.DomainID {
+		return apply(ctx) // recorded already (a channel claim may be ready)
+	}
+	if err := n.cfg.Store.Put(ctx, c); err != nil {
+		return err
+	}
+	if err := apply(ctx); err != nil {
+		undo := n.cfg.Store.Remove(ctx, c.UID)
+		if had {
+			undo = n.cfg.Store.Put(ctx, prev)
+		}
+		return errors.Join(err, undo)
+	}
+	return nil
+}
+
+// holds tells whether the store holds a claim other than except of the
+// kind and domain (for channels: prepared, or labelled the node). Called
+// with the store's lock held.
+func (n *Node) holds(ctx context.Context, uid, kind string, except types.UID) (bool, error) {
+	claims, err := n.cfg.Store.Claims(ctx)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(claims, func(c PreparedClaim) bool {
+		return c.UID != except && c.DomainID == uid && c.Kind == kind
+	}), nil
 }
 
 // Unprepare undoes Prepare of a claim: a channel claim's domain label
 // leaves the node with the domain's last channel claim here, a daemon
 // claim's node list with the domain's last daemon claim. Channel device
 // nodes stay (they are the host's, shared by every claim, and the next
-// claim needs them again). Unknown claims are already unprepared.
+// claim needs them again). Unknown claims are already unprepared. The
+// claims that remain are the store's, whichever instance of the plugin
+// prepared them; the claim's record goes last, so that a crash before
+// leaves the claim to be unprepared again.
 func (n *Node) Unprepare(ctx context.Context, claimUID types.UID) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	c, ok := n.claims[claimUID]
-	if !ok {
-		return nil
+	unlock, err := n.cfg.Store.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	c, ok, err := n.cfg.Store.Claim(ctx, claimUID)
+	if err != nil || !ok {
+		return err
 	}
 	logger := klog.FromContext(ctx).WithValues("claimUID", claimUID, "domainUID", c.DomainID)
 	ctx = klog.NewContext(ctx, logger)
+	others, err := n.holds(ctx, c.DomainID, c.Kind, claimUID)
 	switch {
-	case n.holds(c.DomainID, c.Kind, claimUID):
+	case err != nil:
+		return err
+	case others:
 		logger.V(3).Info("Other claims of the ComputeDomain remain on the node", "kind", c.Kind)
 	case c.Kind == TypeChannel:
 		if err := n.removeLabel(ctx, c.DomainID); err != nil {
@@ -182,6 +225,5 @@ func (n *Node) Unprepare(ctx context.Context, claimUID types.UID) error {
 			return fmt.Errorf("remove the node list of ComputeDomain %s: %w", c.DomainID, err)
 		}
 	}
-	delete(n.claims, claimUID)
-	return nil
+	return n.cfg.Store.Remove(ctx, claimUID)
 }

@@ -69,7 +69,7 @@ func TestPrepareDaemon(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(n.cfg.DomainsDir, "u1", NodesConfigFile))
 	require.NoError(t, err)
 	assert.Equal(t, "10.0.0.1\n10.0.0.2\n", string(data))
-	assert.Equal(t, []PreparedClaim{{UID: "d1", Kind: TypeDaemon, DomainID: "u1", Ready: true}}, n.Prepared())
+	assert.Equal(t, []PreparedClaim{{UID: "d1", Kind: TypeDaemon, DomainID: "u1", Ready: true}}, prepared(t, n))
 	assert.Empty(t, nodeLabels(t, client), "a daemon claim does not label the node")
 
 	// Without a clique, a daemon claim needs no fabric management node.
@@ -100,7 +100,7 @@ func TestPrepareDaemonRefused(t *testing.T) {
 			}
 			_, err := n.Prepare(context.Background(), daemonClaim(t, tc.ns, "d1", tc.domain))
 			require.ErrorContains(t, err, tc.wantErr)
-			assert.Empty(t, n.Prepared())
+			assert.Empty(t, prepared(t, n))
 			assert.NoDirExists(t, filepath.Join(n.cfg.DomainsDir, tc.domain))
 		})
 	}
@@ -159,5 +159,5 @@ func TestUnprepareDaemon(t *testing.T) {
 	assert.FileExists(t, filepath.Join(dir, NodesConfigFile), "d2 still uses the node list")
 	require.NoError(t, n.Unprepare(ctx, "d2"))
 	assert.NoDirExists(t, dir)
-	assert.Empty(t, n.Prepared())
+	assert.Empty(t, prepared(t, n))
 }

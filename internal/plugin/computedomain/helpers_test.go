@@ -110,3 +110,20 @@ func fabricMgmtNode() *cdispec.DeviceNode {
 	mode := os.FileMode(0o666)
 	return &cdispec.DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap4", Type: "c", Major: 243, Minor: 4, FileMode: &mode}
 }
+
+// prepared is what n's store holds.
+func prepared(t *testing.T, n *Node) []PreparedClaim {
+	t.Helper()
+	got, err := n.Prepared(context.Background())
+	require.NoError(t, err)
+	return got
+}
+
+// restore puts claims into n's store, as an earlier or another instance
+// of the plugin left them.
+func restore(t *testing.T, n *Node, claims ...PreparedClaim) {
+	t.Helper()
+	for _, c := range claims {
+		require.NoError(t, n.cfg.Store.Put(context.Background(), c))
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -74,6 +73,10 @@ type Config struct {
 	// become ready before it returns ErrDaemonNotReady (0: it does not
 	// wait); ReadyPoll how often it looks meanwhile (default 1s).
 	ReadyWait, ReadyPoll time.Duration
+	// Store holds the prepared claims (nil: a MemoryStore). A plugin
+	// passes its records on disk, which every instance of the node
+	// shares.
+	Store Store
 }
 
 // PreparedDevice is one device of a prepared claim and the CDI edits a
@@ -85,8 +88,8 @@ type PreparedDevice struct {
 	Edits    *cdispec.ContainerEdits
 }
 
-// PreparedClaim is what Node remembers of a claim until it is unprepared.
-// A plugin checkpoints it and hands it back to Restore after a restart.
+// PreparedClaim is what Node records of a claim in its Store until the
+// claim is unprepared.
 type PreparedClaim struct {
 	UID      types.UID
 	Kind     string // channel or daemon
@@ -97,14 +100,13 @@ type PreparedClaim struct {
 }
 
 // Node prepares and unprepares the claims of the channel driver on one node.
+// It keeps no claims itself: they are in cfg.Store, whose lock orders each
+// change of a domain's label or node list with the claims that hold it.
 type Node struct {
 	cfg Config
-	// mu orders label changes with the claims that hold them.
-	mu     sync.Mutex
-	claims map[types.UID]PreparedClaim
 }
 
-// NewNode checks cfg and returns a Node with no prepared claims.
+// NewNode checks cfg and returns a Node whose claims are cfg.Store's.
 func NewNode(cfg Config) (*Node, error) {
 	switch {
 	case cfg.NodeName == "":
@@ -131,36 +133,15 @@ func NewNode(cfg Config) (*Node, error) {
 	if cfg.ReadyPoll <= 0 {
 		cfg.ReadyPoll = time.Second
 	}
-	return &Node{cfg: cfg, claims: map[types.UID]PreparedClaim{}}, nil
-}
-
-// Restore takes back the claims a plugin prepared before it restarted.
-func (n *Node) Restore(claims []PreparedClaim) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, c := range claims {
-		n.claims[c.UID] = c
+	if cfg.Store == nil {
+		cfg.Store = &MemoryStore{}
 	}
+	return &Node{cfg: cfg}, nil
 }
 
-// Prepared returns the claims Node holds, for a plugin's checkpoint.
-func (n *Node) Prepared() []PreparedClaim {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]PreparedClaim, 0, len(n.claims))
-	for _, c := range n.claims {
-		out = append(out, c)
-	}
-	return out
-}
-
-// PreparedClaim returns the claim of uid that Node holds, and false when it
-// holds none: a plugin records a claim's state after each call on it.
-func (n *Node) PreparedClaim(uid types.UID) (PreparedClaim, bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	c, ok := n.claims[uid]
-	return c, ok
+// Prepared returns the claims the node holds (its Store's), sorted by UID.
+func (n *Node) Prepared(ctx context.Context) ([]PreparedClaim, error) {
+	return n.cfg.Store.Claims(ctx)
 }
 
 // Prepare prepares one allocated claim of the channel driver: a channel
@@ -188,15 +169,8 @@ func (n *Node) prepareChannels(ctx context.Context, claim *resourceapi.ResourceC
 		return nil, fmt.Errorf("claim %s/%s names ComputeDomain %s/%s of another namespace: a pod may use only the channels "+
 			"of a ComputeDomain in its own namespace", claim.Namespace, claim.Name, cd.Namespace, cd.Name)
 	}
-	n.mu.Lock()
-	err = n.addLabel(ctx, uid)
-	if err == nil {
-		if c, ok := n.claims[claim.UID]; !ok || c.DomainID != uid {
-			n.claims[claim.UID] = PreparedClaim{UID: claim.UID, Kind: TypeChannel, DomainID: uid}
-		}
-	}
-	n.mu.Unlock()
-	if err != nil {
+	held := PreparedClaim{UID: claim.UID, Kind: TypeChannel, DomainID: uid}
+	if err := n.hold(ctx, held, func(ctx context.Context) error { return n.addLabel(ctx, uid) }); err != nil {
 		return nil, err
 	}
 	if err := n.waitReady(ctx, cd); err != nil {
@@ -214,16 +188,34 @@ func (n *Node) prepareChannels(ctx context.Context, claim *resourceapi.ResourceC
 		}
 		out = append(out, PreparedDevice{Requests: []string{d.result.Request}, Pool: d.result.Pool, Device: d.result.Device, Edits: edits})
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if _, ok := n.claims[claim.UID]; !ok {
-		// An Unprepare of this claim ran meanwhile and may have taken the
-		// label away: do not report the claim prepared.
-		return nil, fmt.Errorf("claim %s/%s was unprepared while it was being prepared", claim.Namespace, claim.Name)
+	if err := n.markReady(ctx, claim); err != nil {
+		return nil, err
 	}
-	n.claims[claim.UID] = PreparedClaim{UID: claim.UID, Kind: TypeChannel, DomainID: uid, Ready: true}
 	klog.FromContext(ctx).V(2).Info("Prepared IMEX channels", "devices", len(out))
 	return out, nil
+}
+
+// markReady records the channel claim as ready, under the store's lock.
+func (n *Node) markReady(ctx context.Context, claim *resourceapi.ResourceClaim) error {
+	unlock, err := n.cfg.Store.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	c, ok, err := n.cfg.Store.Claim(ctx, claim.UID)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		// An Unprepare of this claim (through this or another instance of
+		// the plugin) ran meanwhile and may have taken the label away:
+		// do not report the claim prepared.
+		return fmt.Errorf("claim %s/%s was unprepared while it was being prepared", claim.Namespace, claim.Name)
+	case c.Ready:
+		return nil
+	}
+	c.Ready = true
+	return n.cfg.Store.Put(ctx, c)
 }
 
 // domain returns the domain of uid, with an error that says what to do
@@ -311,7 +303,7 @@ func (n *Node) nodeState(cd *v1alpha1.ComputeDomain) v1alpha1.ComputeDomainState
 // addLabel puts this node into domain uid. A node serves one domain at a
 // time: a label of another domain is an error. The patch carries the
 // resourceVersion read, so that two domains labelling at once cannot both
-// win. Called with mu held.
+// win. Called with the store's lock held.
 func (n *Node) addLabel(ctx context.Context, uid string) error {
 	node, err := n.cfg.Client.CoreV1().Nodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
@@ -332,7 +324,7 @@ func (n *Node) addLabel(ctx context.Context, uid string) error {
 }
 
 // removeLabel takes the node out of domain uid unless its label names
-// another domain. Called with mu held.
+// another domain. Called with the store's lock held.
 func (n *Node) removeLabel(ctx context.Context, uid string) error {
 	node, err := n.cfg.Client.CoreV1().Nodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {

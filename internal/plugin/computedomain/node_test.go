@@ -89,7 +89,7 @@ func TestPrepareChannelRefused(t *testing.T) {
 				assert.True(t, apierrors.IsNotFound(err), "the not-found error is wrapped: %v", err)
 			}
 			assert.Equal(t, tc.wantLabel, nodeLabels(t, client)[label])
-			held := n.Prepared()
+			held := prepared(t, n)
 			if tc.notReady || tc.conflict {
 				// It holds the label it set, not yet ready.
 				assert.Equal(t, []PreparedClaim{{UID: "c1", Kind: TypeChannel, DomainID: "u1"}}, held)
@@ -128,7 +128,7 @@ func TestPrepareChannels(t *testing.T) {
 			}
 			assert.Equal(t, tc.want, ids)
 			assert.Equal(t, map[string]string{"other": "x", label: "u1"}, nodeLabels(t, client))
-			assert.Equal(t, []PreparedClaim{{UID: "c1", Kind: TypeChannel, DomainID: "u1", Ready: true}}, n.Prepared())
+			assert.Equal(t, []PreparedClaim{{UID: "c1", Kind: TypeChannel, DomainID: "u1", Ready: true}}, prepared(t, n))
 		})
 	}
 }
@@ -169,7 +169,7 @@ func TestUnprepareChannels(t *testing.T) {
 		require.ErrorIs(t, err, ErrDaemonNotReady)
 	}
 	require.Equal(t, "u1", nodeLabels(t, client)[label])
-	n.Restore([]PreparedClaim{{UID: "d1", Kind: TypeDaemon, DomainID: "u1", Ready: true}})
+	restore(t, n, PreparedClaim{UID: "d1", Kind: TypeDaemon, DomainID: "u1", Ready: true})
 
 	require.NoError(t, n.Unprepare(ctx, "c1"))
 	assert.Equal(t, "u1", nodeLabels(t, client)[label], "c2 still holds the node in the domain")
@@ -177,17 +177,17 @@ func TestUnprepareChannels(t *testing.T) {
 	require.NoError(t, n.Unprepare(ctx, "c2"))
 	assert.NotContains(t, nodeLabels(t, client), label, "the daemon's claim does not hold the label")
 	require.NoError(t, n.Unprepare(ctx, "c2"), "idempotent")
-	assert.Equal(t, []PreparedClaim{{UID: "d1", Kind: TypeDaemon, DomainID: "u1", Ready: true}}, n.Prepared())
+	assert.Equal(t, []PreparedClaim{{UID: "d1", Kind: TypeDaemon, DomainID: "u1", Ready: true}}, prepared(t, n))
 }
 
 // A label that names another domain by the time the last claim goes (set
 // by hand) is not ours to remove.
 func TestUnprepareKeepsAnotherDomainsLabel(t *testing.T) {
 	n, client := testNode(t, &domains{}, nil, map[string]string{label: "u9"})
-	n.Restore([]PreparedClaim{{UID: "c1", Kind: TypeChannel, DomainID: "u1", Ready: true}})
+	restore(t, n, PreparedClaim{UID: "c1", Kind: TypeChannel, DomainID: "u1", Ready: true})
 	require.NoError(t, n.Unprepare(context.Background(), "c1"))
 	assert.Equal(t, "u9", nodeLabels(t, client)[label])
-	assert.Empty(t, n.Prepared())
+	assert.Empty(t, prepared(t, n))
 }
 
 func TestNewNodeChecksConfig(t *testing.T) {
@@ -240,9 +240,9 @@ func TestLabelFollowsClaimsConcurrently(t *testing.T) {
 	for range claims {
 		require.NoError(t, <-done)
 	}
-	assert.Len(t, n.Prepared(), claims/2)
+	assert.Len(t, prepared(t, n), claims/2)
 	assert.Equal(t, "u1", nodeLabels(t, client)[label], "the odd claims still hold it")
-	for _, c := range n.Prepared() {
+	for _, c := range prepared(t, n) {
 		require.NoError(t, n.Unprepare(ctx, c.UID))
 	}
 	assert.NotContains(t, nodeLabels(t, client), label)
@@ -263,17 +263,17 @@ func TestUnprepareDuringPrepare(t *testing.T) {
 	n.cfg.ReadyWait, n.cfg.ReadyPoll = time.Minute, time.Millisecond
 	_, err := n.Prepare(ctx, channelClaim(t, "team", "c1", "channel-0", channelCfg("u1", "")))
 	require.ErrorContains(t, err, "was unprepared while it was being prepared")
-	assert.Empty(t, n.Prepared())
+	assert.Empty(t, prepared(t, n))
 	assert.NotContains(t, nodeLabels(t, client), label)
 }
 
-// PreparedClaim answers what Node holds of one claim: restored, prepared
+// The store holds what Node holds of one claim: restored, prepared
 // (labelled, waiting for the daemon), and gone after the unprepare.
-func TestPreparedClaim(t *testing.T) {
+func TestStoredClaim(t *testing.T) {
 	cds := &domains{byUID: map[string]*v1alpha1.ComputeDomain{"u1": domain("team", "cd", "u1")}}
 	n, _ := testNode(t, cds, nil, nil)
 	ctx := context.Background()
-	n.Restore([]PreparedClaim{{UID: "d1", Kind: TypeDaemon, DomainID: "u1", Ready: true}})
+	restore(t, n, PreparedClaim{UID: "d1", Kind: TypeDaemon, DomainID: "u1", Ready: true})
 	_, err := n.Prepare(ctx, channelClaim(t, "team", "c1", "channel-0", channelCfg("u1", "")))
 	require.ErrorIs(t, err, ErrDaemonNotReady)
 	require.NoError(t, n.Unprepare(ctx, "d1"))
@@ -286,7 +286,8 @@ func TestPreparedClaim(t *testing.T) {
 		{uid: "d1"},
 		{uid: "unknown"},
 	} {
-		got, ok := n.PreparedClaim(tc.uid)
+		got, ok, err := n.cfg.Store.Claim(ctx, tc.uid)
+		require.NoError(t, err)
 		assert.Equal(t, tc.ok, ok, tc.uid)
 		assert.Equal(t, tc.want, got, tc.uid)
 	}
