@@ -186,6 +186,9 @@ func Run(ctx context.Context, o *Options) error {
 	defer cancel(nil)
 	p, err := Start(ctx, o, client, dyn, cancel)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), context.Canceled) {
+			return nil // stopped while it waited for the NVLink fabric: no failure
+		}
 		return err
 	}
 	defer p.Stop()
