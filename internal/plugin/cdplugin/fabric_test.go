@@ -3,6 +3,7 @@ package cdplugin
 import (
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,4 +166,39 @@ func (e *env) slices(t *testing.T, ctx context.Context) []resourceapi.ResourceSl
 	l, err := e.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	return l.Items
+}
+
+// A plugin stopped while it waits for the fabric registration returns the
+// stop as its cause (Run then exits without an error) and serves nothing
+// more.
+func TestFabricWaitStopped(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e := newEnv(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	e.o.healthListener = l
+	require.NoError(t, os.WriteFile(filepath.Join(e.o.NvidiaDriverRoot, fakedriver.FaultFile), []byte(fabricLines("in-progress")), 0o644))
+	done := make(chan error, 1)
+	go func() {
+		_, err := Start(ctx, e.o, e.client, e.dyn, cancel)
+		done <- err
+	}()
+	readyz := "http://" + l.Addr().String() + "/readyz"
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, body := get(t, readyz)
+		return strings.Contains(body, "nvlink-fabric:"), nil
+	}))
+	cancel(context.Canceled)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+		require.ErrorContains(t, err, "stopped while waiting for the NVLink fabric registration")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start did not return once stopped")
+	}
+	_, err = http.Get(readyz)
+	require.Error(t, err, "the health endpoint is closed")
+	require.Empty(t, e.slices(t, context.Background()))
 }
