@@ -35,7 +35,8 @@ var (
 // native names (testComputeDomainJob); operations, an upgrade and a tray
 // leaving and rejoining during jobs (testComputeDomainOperations); and
 // nvidia, NVIDIA-format manifests in the compatibility mode
-// (testNVIDIAComputeDomains). The
+// (testNVIDIAComputeDomains); fabric, a tray that boots with its NVLink
+// fabric registration in progress (testComputeDomainFabric). The
 // default chart is installed again at the end.
 func TestComputeDomains(t *testing.T) {
 	addRack(t)
@@ -48,6 +49,7 @@ func TestComputeDomains(t *testing.T) {
 	t.Run("job", testComputeDomainJob)
 	t.Run("operations", testComputeDomainOperations)
 	t.Run("nvidia", testNVIDIAComputeDomains)
+	t.Run("fabric", testComputeDomainFabric)
 }
 
 // testComputeDomainJob installs the chart with computeDomains.enabled on a

@@ -115,14 +115,16 @@ func (w *writer) deviceNodes(f *nodeFacts) {
 	w.fabricIMEXMgmt(f)
 }
 
-// fabricIMEXMgmt gives a node whose GPUs are in an NVLink clique the
-// driver's IMEX fabric management capability, as a driver with IMEX
+// fabricIMEXMgmt gives a node whose GPUs are in a multi-node NVLink fabric
+// the driver's IMEX fabric management capability, as a driver with IMEX
 // support has it: the capability file whose DeviceFileMinor names the
 // node, and the node (mode 0400, root only, like the MIG config
-// capability). The IMEX daemon opens it; a node without a clique has
-// none (computedomain.ReadFabricMgmt then says so).
+// capability). The IMEX daemon opens it; a node without such a fabric has
+// none (computedomain.ReadFabricMgmt then says so). A node whose fabric
+// registration has not completed has it too: the capability is the
+// driver's, there before the Fabric Manager registered the GPUs.
 func (w *writer) fabricIMEXMgmt(f *nodeFacts) {
-	if !slices.ContainsFunc(f.GPUs, func(g gpuFacts) bool { return g.Clique != "" }) {
+	if !slices.ContainsFunc(f.GPUs, func(g gpuFacts) bool { return g.RackFabric }) {
 		return
 	}
 	w.file("proc/driver/nvidia/capabilities/fabric-imex-mgmt", capFile(FabricIMEXMgmtMinor, 0o400), 0o444)

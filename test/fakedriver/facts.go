@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/uuid"
 
 	"github.com/gpudra/gpudra/internal/plugin/discovery"
 	"github.com/gpudra/gpudra/test/sim"
@@ -33,9 +34,11 @@ type gpuFacts struct {
 	// PCIDeviceID and PCISubsystemID in NVML's encoding: device<<16 | vendor.
 	PCIDeviceID    uint32
 	PCISubsystemID uint32
-	// Clique is the GPU's NVLink clique (model.Fabric.Clique); empty when
-	// it is attached to no multi-node fabric.
-	Clique string
+	// RackFabric: the profile puts the GPU in a multi-node NVLink fabric
+	// (a fabric entry with a cluster UUID), whatever the state of its
+	// registration: the driver's IMEX support does not wait for the
+	// Fabric Manager.
+	RackFabric bool
 }
 
 // readFacts asks a simulated NVML server for the profile on node what the
@@ -56,6 +59,10 @@ func readFacts(p *sim.Profile, node string) (*nodeFacts, error) {
 	}
 	f := &nodeFacts{DriverVersion: n.DriverVersion, NUMA: srv.NUMATopology()}
 	minors := map[int]bool{}
+	rack := map[int]bool{}
+	for _, g := range p.GPUs {
+		rack[g.Index] = g.Fabric != nil && g.Fabric.ClusterUUID != uuid.Nil && g.Fabric.State != nvml.GPU_FABRIC_STATE_NOT_SUPPORTED
+	}
 	for _, g := range n.GPUs {
 		if minors[g.Minor] {
 			return nil, fmt.Errorf("GPU %d: minor number %d is used twice", g.Index, g.Minor)
@@ -71,7 +78,7 @@ func readFacts(p *sim.Profile, node string) (*nodeFacts, error) {
 		numa, _ := srv.PCINUMANode(g.PCIBusID)
 		f.GPUs = append(f.GPUs, gpuFacts{Minor: g.Minor, UUID: g.UUID, Name: g.ProductName, BusID: g.PCIBusID,
 			NUMANode: numa, PCIeRoot: g.PCIeRoot, MIGCapable: g.MIGCapable,
-			PCIDeviceID: pci.PciDeviceId, PCISubsystemID: pci.PciSubSystemId, Clique: g.Fabric.Clique()})
+			PCIDeviceID: pci.PciDeviceId, PCISubsystemID: pci.PciSubSystemId, RackFabric: rack[g.Index]})
 	}
 	return f, nil
 }

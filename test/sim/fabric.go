@@ -178,6 +178,38 @@ func (s *Server) missingSymbol(name string) bool {
 	return false
 }
 
+// fabricOverride is a registration state set at runtime (SetFabric).
+type fabricOverride struct {
+	state  nvml.GpuFabricState
+	status nvml.Return
+}
+
+// SetFabric replaces the state and status of a gpuFabric GPU's fabric
+// registration until ClearFabric; the cluster UUID, clique and health stay
+// the profile's. It is how the fault file's fabric lines act (faultfile.go).
+func (s *Server) SetFabric(gpuUUID string, state nvml.GpuFabricState, status nvml.Return) error {
+	return s.setFabric(gpuUUID, &fabricOverride{state: state, status: status})
+}
+
+// ClearFabric undoes SetFabric: the GPU reports its profile's registration
+// again (one that was in progress completes).
+func (s *Server) ClearFabric(gpuUUID string) error { return s.setFabric(gpuUUID, nil) }
+
+func (s *Server) setFabric(gpuUUID string, o *fabricOverride) error {
+	d, err := s.gpuByUUID(gpuUUID)
+	if err != nil {
+		return err
+	}
+	if !d.model().NVML.GPUFabric {
+		return fmt.Errorf("GPU %s (model %s) has no NVLink fabric (the model's gpuFabric is false): its fabric state cannot be set",
+			gpuUUID, d.model().Name)
+	}
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	s.faults.gpus[d].fabric = o
+	return nil
+}
+
 // fabricInfo is what NVML reports of the GPU's fabric: zero UUID and clique
 // until the registration completed.
 func (d *device) fabricInfo() nvml.GpuFabricInfo_v3 {
@@ -185,6 +217,13 @@ func (d *device) fabricInfo() nvml.GpuFabricInfo_v3 {
 	if f == nil {
 		f = &Fabric{State: nvml.GPU_FABRIC_STATE_NOT_STARTED, Status: nvml.SUCCESS}
 	}
+	d.srv.faults.mu.Lock()
+	if o := d.srv.faults.gpus[d].fabric; o != nil {
+		g := *f
+		g.State, g.Status = o.state, o.status
+		f = &g
+	}
+	d.srv.faults.mu.Unlock()
 	info := nvml.GpuFabricInfo_v3{State: uint8(f.State), Status: uint32(f.Status), HealthMask: fabricHealthMask(f.Health),
 		HealthSummary: fabricHealthSummary(f.Health)}
 	if f.State == nvml.GPU_FABRIC_STATE_COMPLETED {

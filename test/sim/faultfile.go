@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
 )
 
@@ -25,26 +26,42 @@ import (
 //	gpu-2 reset-required # every call answers ERROR_RESET_REQUIRED, no event
 //	gpu-2 unbound       # handle lookups answer ERROR_NOT_FOUND, old handles ERROR_GPU_IS_LOST
 //	gpu-1 thermal       # thermal throttling: hot, slow clocks (telemetry.go)
+//	gpu-0 fabric in-progress       # NVLink fabric registration not completed yet
+//	gpu-0 fabric completed TIMEOUT # registration completed with an error status
 //
 // A GPU is named gpu-<index> (its device name) or by UUID; '#' starts a
 // comment. A line that appears is injected once. When the last line naming a
 // GPU goes away, the GPU is reset (Server.Reset): emptying or deleting the
 // file repairs every GPU.
+//
+// Fabric lines (gpuFabric models only) are apart from the faults: a fabric
+// line sets the GPU's fabric registration state (not-started, in-progress,
+// completed; optionally a status of fabricStatuses) while it is present,
+// replacing its profile's (Server.SetFabric); when the GPU's last fabric
+// line goes away its registration is the profile's again (ClearFabric), as
+// a registration in progress completes, without a GPU reset. They neither
+// cause nor hold off a reset.
 type FaultFile struct {
 	Path   string
 	server *Server
-	// active maps each applied line (normalized) to the GPU it names.
+	// active maps each applied line (normalized) to the GPU it names;
+	// fabric lines are in fabric instead, the applied state and status by
+	// GPU.
 	active map[string]string
+	fabric map[string]string
 }
 
 // Fault is one parsed line of a fault file.
 type Fault struct {
 	GPU  string // device name or UUID as written
-	Kind string // "xid", "ecc", "lost", "reset-required", "unbound" or "thermal"
+	Kind string // "xid", "ecc", "lost", "reset-required", "unbound", "thermal" or "fabric"
 	XID  uint64
 	// MIG: the GPU and compute instance of a MIG-scoped XID; nil for a
 	// GPU-wide one.
 	MIG *XIDScope
+	// FabricState and FabricStatus of a fabric line (Kind "fabric"): a
+	// state of fabricStates and, optionally, a status of fabricStatuses.
+	FabricState, FabricStatus string
 }
 
 // XIDScope names the instances an XID is attributable to; CI is
@@ -64,12 +81,15 @@ func (f Fault) String() string {
 		}
 		return s
 	}
+	if f.Kind == "fabric" {
+		return strings.TrimSpace(f.GPU + " fabric " + f.FabricState + " " + f.FabricStatus)
+	}
 	return f.GPU + " " + f.Kind
 }
 
 // NewFaultFile returns a control file for the server. Nothing is read yet.
 func NewFaultFile(path string, s *Server) *FaultFile {
-	return &FaultFile{Path: path, server: s, active: map[string]string{}}
+	return &FaultFile{Path: path, server: s, active: map[string]string{}, fabric: map[string]string{}}
 }
 
 // ParseFaults reads the lines of a fault file.
@@ -97,15 +117,34 @@ func ParseFaults(data string) ([]Fault, error) {
 				}
 				f.MIG = &XIDScope{GI: gi, CI: ci}
 			}
+		case (len(fields) == 3 || len(fields) == 4) && fields[1] == "fabric":
+			if err := parseFabric(&f, fields[2:]); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
 		case len(fields) == 2 && (fields[1] == "ecc" || fields[1] == "lost" || fields[1] == "thermal" ||
 			fields[1] == "reset-required" || fields[1] == "unbound"):
 			f.Kind = fields[1]
 		default:
-			return nil, fmt.Errorf("line %d: %q: want '<gpu> xid <n> [gi <id> [ci <id>]]', '<gpu> ecc', '<gpu> lost|reset-required|unbound' or '<gpu> thermal'", n, strings.TrimSpace(line))
+			return nil, fmt.Errorf("line %d: %q: want '<gpu> xid <n> [gi <id> [ci <id>]]', '<gpu> ecc', '<gpu> lost|reset-required|unbound', '<gpu> thermal' or '<gpu> fabric <state> [<status>]'", n, strings.TrimSpace(line))
 		}
 		out = append(out, f)
 	}
 	return out, sc.Err()
+}
+
+// parseFabric reads "<state>" or "<state> <status>" of a fabric line.
+func parseFabric(f *Fault, fields []string) error {
+	if _, ok := fabricStates[fields[0]]; !ok {
+		return fmt.Errorf("fabric state %q is not one of %s", fields[0], strings.Join(sortedKeys(fabricStates), ", "))
+	}
+	f.Kind, f.FabricState = "fabric", fields[0]
+	if len(fields) == 2 {
+		if _, ok := fabricStatuses[fields[1]]; !ok {
+			return fmt.Errorf("fabric status %q is not one of %s", fields[1], strings.Join(sortedKeys(fabricStatuses), ", "))
+		}
+		f.FabricStatus = fields[1]
+	}
+	return nil
 }
 
 // parseInstances reads "gi <id>" and "gi <id> ci <id>" (or nothing).
@@ -160,10 +199,15 @@ func (ff *FaultFile) Sync() error {
 	}
 	want := map[string]string{}
 	named := map[string]bool{}
+	fabric := map[string]Fault{} // the last fabric line of each GPU
 	for _, f := range faults {
 		id, err := ff.server.resolve(f.GPU)
 		if err != nil {
 			return fmt.Errorf("fault file %s: %w", ff.Path, err)
+		}
+		if f.Kind == "fabric" {
+			fabric[id] = f
+			continue
 		}
 		key := id + " " + strings.TrimPrefix(f.String(), f.GPU+" ")
 		want[key] = id
@@ -202,6 +246,35 @@ func (ff *FaultFile) Sync() error {
 		}
 	}
 	ff.active = want
+	return ff.syncFabric(fabric)
+}
+
+// syncFabric applies each GPU's last fabric line (want) that is not
+// applied yet and clears the state of the GPUs no fabric line names any
+// more.
+func (ff *FaultFile) syncFabric(want map[string]Fault) error {
+	for id, f := range want {
+		if ff.fabric[id] == f.FabricState+" "+f.FabricStatus {
+			continue
+		}
+		status := nvml.SUCCESS
+		if f.FabricStatus != "" {
+			status = fabricStatuses[f.FabricStatus]
+		}
+		if err := ff.server.SetFabric(id, fabricStates[f.FabricState], status); err != nil {
+			return fmt.Errorf("fault file %s: %w", ff.Path, err)
+		}
+		ff.fabric[id] = f.FabricState + " " + f.FabricStatus
+	}
+	for id := range ff.fabric {
+		if _, still := want[id]; still {
+			continue
+		}
+		if err := ff.server.ClearFabric(id); err != nil {
+			return err
+		}
+		delete(ff.fabric, id)
+	}
 	return nil
 }
 

@@ -62,6 +62,9 @@ type gpuFaults struct {
 	registrations map[*eventSet]uint64
 	// thermal: the GPU throttles for heat (telemetry.go).
 	thermal bool
+	// fabric, when set, replaces the state and status of the GPU's NVLink
+	// fabric registration (fabric.go, SetFabric); Reset leaves it alone.
+	fabric *fabricOverride
 }
 
 // eventSet is a simulated nvmlEventSet.

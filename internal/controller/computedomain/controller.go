@@ -162,7 +162,7 @@ func New(cfg Config, served []schema.GroupVersionResource) (*Controller, error) 
 	all := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, owned)
 	ns := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, owned, informers.WithNamespace(cfg.Namespace))
 	sl := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.driver", cfg.Names.Driver).String()
+		o.FieldSelector = fields.OneTermEqualSelector("spec.driver", cdn.Driver).String()
 	}))
 	c.factories = []interface{ Start(<-chan struct{}) }{dynFactory, all, ns, sl}
 	c.templates = all.Resource().V1().ResourceClaimTemplates().Informer()

@@ -177,9 +177,15 @@ func TestStatusCoalesced(t *testing.T) {
 	for i := range nodes {
 		node := fmt.Sprintf("node-%02d", i)
 		slices = append(slices, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node},
-			Spec: resourceapi.ResourceSliceSpec{Driver: names.Driver, NodeName: ptr.To(node),
-				Devices: []resourceapi.Device{{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-					CliqueAttribute: {StringValue: ptr.To(fmt.Sprintf("cluster-uuid.%d", i%2))}}}}}})
+			Spec: resourceapi.ResourceSliceSpec{Driver: names.ComputeDomain().Driver, NodeName: ptr.To(node),
+				Devices: []resourceapi.Device{{Name: "daemon-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+					CliqueAttribute: {StringValue: ptr.To(fmt.Sprintf("cluster-uuid.%d", i%2))}}}}}},
+			// The GPU plugin's answer, read once at its start, is not the
+			// node side's (the fake API server ignores the field selector).
+			&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-gpus"},
+				Spec: resourceapi.ResourceSliceSpec{Driver: names.Driver, NodeName: ptr.To(node),
+					Devices: []resourceapi.Device{{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+						CliqueAttribute: {StringValue: ptr.To("stale.9")}}}}}})
 	}
 	e := newEnv(t, names, []schema.GroupVersionResource{nativeGVR}, slices,
 		domainObj(v1alpha1.SchemeGroupVersion, "team-a", "train", "uid-1", nodes, "chan", ""))
@@ -207,7 +213,7 @@ func TestStatusCoalesced(t *testing.T) {
 	assert.Len(t, cd.Status.Nodes, nodes)
 	assert.Empty(t, v1alpha1.ValidateComputeDomainStatus(&cd.Status, field.NewPath("status")))
 	for i, n := range cd.Status.Nodes {
-		assert.Equal(t, fmt.Sprintf("cluster-uuid.%d", i%2), n.CliqueID, "the clique ID comes from the node's ResourceSlice")
+		assert.Equal(t, fmt.Sprintf("cluster-uuid.%d", i%2), n.CliqueID, "the clique ID comes from the node's channel driver ResourceSlice")
 		assert.Equal(t, int32(i/2), n.Index, "indices count per clique")
 	}
 	// At most one write per StatusDelay while events keep coming, plus the

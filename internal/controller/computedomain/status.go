@@ -18,8 +18,10 @@ import (
 	"github.com/gpudra/gpudra/api/v1alpha1"
 )
 
-// CliqueAttribute is the device attribute (in the GPU driver's domain) that
-// the kubelet plugin publishes a GPU's NVLink clique under.
+// CliqueAttribute is the device attribute under which the channel
+// driver's kubelet plugin publishes the node's NVLink clique on its channel
+// and daemon devices (the GPU plugin publishes each GPU's under the same
+// name).
 const CliqueAttribute = "cliqueID"
 
 // syncStatus computes the domain's status from its daemons' pods and
@@ -63,14 +65,18 @@ type statusPatch struct {
 	Nodes  []v1alpha1.ComputeDomainNode `json:"nodes"`
 }
 
-// cliqueOf returns the clique ID the GPU driver's ResourceSlices publish for
-// node: the first GPU's cliqueID attribute, "" when none has one.
+// cliqueOf returns the clique ID the channel driver's ResourceSlices publish
+// for node: the first device's cliqueID attribute, "" when none has one.
+// It is the clique the node side serves the domain's daemon with (its
+// nodes.cfg lists the domain's nodes of this clique), which waits for the
+// NVLink fabric registration to complete; the GPU plugin's attribute is
+// read once when it starts.
 func (c *Controller) cliqueOf(node string) string {
 	attr := resourceapi.QualifiedName(CliqueAttribute)
 	objs, _ := c.slices.GetIndexer().ByIndex(nodeIndex, node)
 	for _, obj := range objs {
 		s, ok := obj.(*resourceapi.ResourceSlice)
-		if !ok {
+		if !ok || s.Spec.Driver != c.cd.Driver {
 			continue
 		}
 		for _, d := range s.Spec.Devices {

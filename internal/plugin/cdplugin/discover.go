@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,10 +21,48 @@ import (
 	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
+// waitClique returns the node's NVLink clique (nodeClique), reading NVML
+// again every interval while the fabric registration of a GPU has not
+// completed: a clique read then would be wrong (none), and one read later
+// is final. Meanwhile the health server reports the plugin not ready with
+// the GPUs that are waited for, and each change of them is logged. It
+// returns when the clique is known, on any other error, or when ctx is done.
+func waitClique(ctx context.Context, roots nvmllib.Roots, interval time.Duration, hs *healthServer) (string, error) {
+	logger := klog.FromContext(ctx)
+	last := ""
+	start := time.Now()
+	for {
+		clique, err := nodeClique(ctx, roots)
+		if !errors.Is(err, computedomain.ErrFabricPending) {
+			if last != "" {
+				hs.setWaiting("")
+				logger.Info("NVLink fabric registration completed", "waited", time.Since(start).Round(time.Millisecond))
+			}
+			return clique, err
+		}
+		if msg := err.Error(); msg != last {
+			logger.Info("Waiting for the NVLink fabric registration of the node's GPUs before publishing any IMEX channel: "+
+				"a clique read now would be wrong; if this lasts, check the NVIDIA Fabric Manager (nvidia-fabricmanager) and the NVLink connections",
+				"reason", msg, "retryInterval", interval)
+			last = msg
+			hs.setWaiting(msg)
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", fmt.Errorf("stopped while waiting for the NVLink fabric registration (%s): %w", last, context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+}
+
 // nodeClique discovers the node's NVLink clique through NVML, as the GPU
 // plugin discovers its GPUs. Without NVML (no driver, or a driver root
 // without the library) the node publishes its channels without a clique:
-// a ComputeDomain then spans this node alone, and that is logged.
+// a ComputeDomain then spans this node alone, and that is logged. A GPU
+// whose fabric registration has not completed yields an error wrapping
+// computedomain.ErrFabricPending, one whose registration failed an error.
 func nodeClique(ctx context.Context, roots nvmllib.Roots) (string, error) {
 	logger := klog.FromContext(ctx)
 	lib, err := nvmllib.New(roots.Driver)
@@ -44,7 +83,7 @@ func nodeClique(ctx context.Context, roots nvmllib.Roots) (string, error) {
 	}
 	clique, err := computedomain.NodeClique(node.GPUs)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("NVLink clique of node GPUs under driver root %s: %w", roots.Driver, err)
 	}
 	logger.Info("Discovered the node's NVLink clique", "cliqueID", clique, "gpus", len(node.GPUs))
 	return clique, nil

@@ -8,6 +8,7 @@ package cdplugin
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"time"
 
@@ -43,6 +44,13 @@ type Options struct {
 	DaemonReadyWait time.Duration
 	// HealthAddress serves /healthz and /readyz; empty: off.
 	HealthAddress string
+	// FabricRetryInterval is how often NVML is read again while the NVLink
+	// fabric registration of a GPU has not completed.
+	FabricRetryInterval time.Duration
+
+	// healthListener, when set (tests), serves /healthz and /readyz
+	// instead of HealthAddress.
+	healthListener net.Listener
 
 	names     compat.Names
 	validated bool
@@ -80,6 +88,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 			"the kubelet retries a failed prepare, with a growing back-off. Keep it below the kubelet's 45s timeout of a prepare call.")
 	fs.StringVar(&o.HealthAddress, "health-address", "",
 		"Serve /healthz and /readyz on this address (e.g. :8081); empty: off.")
+	fs.DurationVar(&o.FabricRetryInterval, "fabric-retry-interval", DefaultFabricRetryInterval,
+		"While the NVLink fabric registration of a GPU has not completed (Fabric Manager still training the NVLinks), "+
+			"publish nothing and read NVML again at this interval; /readyz reports the wait.")
 }
 
 // Validate checks the flags and resolves the names.
@@ -93,6 +104,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-devices-per-slice=%d: must be between 1 and 128", o.MaxDevicesPerSlice)
 	case o.Channels < 1 || o.Channels > computedomain.MaxChannels:
 		return fmt.Errorf("--channels=%d: must be between 1 and %d", o.Channels, computedomain.MaxChannels)
+	case o.FabricRetryInterval <= 0:
+		return fmt.Errorf("--fabric-retry-interval=%s: must be above 0", o.FabricRetryInterval)
 	case o.DaemonReadyWait < 0 || o.DaemonReadyWait >= kubeletCallTimeout:
 		return fmt.Errorf("--daemon-ready-wait=%s: must be 0 or more and below the kubelet's %s timeout of a prepare call", o.DaemonReadyWait, kubeletCallTimeout)
 	}
@@ -123,6 +136,11 @@ const (
 	DefaultDaemonReadyWait = 30 * time.Second
 	kubeletCallTimeout     = 45 * time.Second
 )
+
+// DefaultFabricRetryInterval: how often NVML is read again while the
+// NVLink fabric registration has not completed; the fabric manager takes
+// seconds to minutes after boot, and a read costs an nvmlInit.
+const DefaultFabricRetryInterval = 5 * time.Second
 
 // PluginDataDir is the driver's directory: dra.sock, the claims' records, the
 // domains' node lists.

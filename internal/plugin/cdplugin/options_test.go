@@ -29,6 +29,7 @@ func TestOptions(t *testing.T) {
 	require.Equal(t, computedomain.DefaultChannels, o.Channels)
 	require.Equal(t, "/var/lib/kubelet/plugins/compute-domain.gpudra.io", o.PluginDataDir())
 	require.Equal(t, "resource.gpudra.io/computeDomain", o.Names().Label)
+	require.Equal(t, DefaultFabricRetryInterval, o.FabricRetryInterval)
 
 	o = parse("--node-name=node-a", "--namespace=gpudra", "--compatibility=nvidia")
 	require.NoError(t, o.Validate())
@@ -36,13 +37,14 @@ func TestOptions(t *testing.T) {
 	require.Equal(t, "/var/lib/kubelet/plugins/compute-domain.nvidia.com", o.PluginDataDir())
 
 	for args, want := range map[string][]string{
-		"--node-name":             {"--namespace=gpudra"},
-		"--namespace":             {"--node-name=a"},
-		"--channels=0":            {"--node-name=a", "--namespace=b", "--channels=0"},
-		"--max-devices-per-slice": {"--node-name=a", "--namespace=b", "--max-devices-per-slice=129"},
-		"--daemon-ready-wait=-1s": {"--node-name=a", "--namespace=b", "--daemon-ready-wait=-1s"},
-		"--daemon-ready-wait=45s": {"--node-name=a", "--namespace=b", "--daemon-ready-wait=45s"},
-		"unknown compatibility":   {"--node-name=a", "--namespace=b", "--compatibility=amd"},
+		"--node-name":                {"--namespace=gpudra"},
+		"--namespace":                {"--node-name=a"},
+		"--channels=0":               {"--node-name=a", "--namespace=b", "--channels=0"},
+		"--max-devices-per-slice":    {"--node-name=a", "--namespace=b", "--max-devices-per-slice=129"},
+		"--daemon-ready-wait=-1s":    {"--node-name=a", "--namespace=b", "--daemon-ready-wait=-1s"},
+		"--daemon-ready-wait=45s":    {"--node-name=a", "--namespace=b", "--daemon-ready-wait=45s"},
+		"unknown compatibility":      {"--node-name=a", "--namespace=b", "--compatibility=amd"},
+		"--fabric-retry-interval=0s": {"--node-name=a", "--namespace=b", "--fabric-retry-interval=0s"},
 	} {
 		err := parse(want...).Validate()
 		require.Error(t, err, args)

@@ -117,6 +117,9 @@ func Run(ctx context.Context, o *Options) error {
 	defer cancel(nil)
 	p, err := Start(ctx, o, client, dyn, cancel)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), context.Canceled) {
+			return nil // stopped while it waited for the NVLink fabric: no failure
+		}
 		return err
 	}
 	defer p.Stop()
@@ -127,9 +130,10 @@ func Run(ctx context.Context, o *Options) error {
 	return nil
 }
 
-// Start discovers the node's clique, checks the prepared claims' records,
-// which Node reads from then on (converting a previous version's
-// checkpoint.json first), starts the
+// Start serves /healthz and /readyz, discovers the node's clique (waiting
+// while the NVLink fabric registration of a GPU has not completed, see
+// waitClique), checks the prepared claims' records, which Node reads from
+// then on (converting a previous version's checkpoint.json first), starts the
 // ComputeDomain informers, serves the kubelet's DRA API and publishes the
 // node's channel and daemon devices, at once or, while another instance of
 // the node holds the publish lock (a rolling update), once it stops. fatal
@@ -148,7 +152,16 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 		return nil, fmt.Errorf("create plugin directory: %w", err)
 	}
 	roots := nvmllib.DriverRoots(o.NvidiaDriverRoot, o.HostDriverRoot)
-	clique, err := nodeClique(ctx, roots)
+	hs, err := serveHealth(ctx, o.HealthAddress, o.healthListener)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			hs.close()
+		}
+	}()
+	clique, err := waitClique(ctx, roots, o.FabricRetryInterval, hs)
 	if err != nil {
 		return nil, err
 	}
@@ -249,12 +262,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 		helper.Stop()
 		return nil, err
 	}
-	hs, err := serveHealth(ctx, o.HealthAddress, helper)
-	if err != nil {
-		helper.Stop()
-		lock.Stop()
-		return nil, err
-	}
+	hs.setHelper(helper)
 	logger.Info("compute-domain kubelet plugin running", "node", o.NodeName, "driver", names.Driver, "cliqueID", clique,
 		"channels", o.Channels, "restoredClaims", len(restored), "computeDomainVersions", len(gvrs), "dataDir", dataDir)
 	return &Plugin{Helper: helper, Node: node, CliqueID: clique, health: hs, lock: lock, stop: stop}, nil

@@ -52,7 +52,7 @@ func newEnv(t *testing.T) *env {
 	o := &Options{NodeName: "node-a", Namespace: "gpudra", NvidiaDriverRoot: fakedriver.ForTest(t, "gb200-nvl72-tray", "node-a"),
 		CDIRoot: filepath.Join(dir, "cdi"), KubeletPluginsDir: filepath.Join(dir, "plugins"),
 		KubeletRegistrarDir: filepath.Join(dir, "registry"), Channels: 4, MaxDevicesPerSlice: 128, HealthAddress: "127.0.0.1:0",
-		DaemonReadyWait: 3 * time.Second}
+		DaemonReadyWait: 3 * time.Second, FabricRetryInterval: 50 * time.Millisecond}
 	require.NoError(t, os.MkdirAll(o.KubeletRegistrarDir, 0o750))
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "1"}})
 	client.Resources = []*metav1.APIResourceList{{GroupVersion: nativeGVR.GroupVersion().String(),

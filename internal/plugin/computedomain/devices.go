@@ -2,13 +2,10 @@ package computedomain
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/slice"
 )
 
@@ -102,25 +99,4 @@ func Resources(poolName string, opts DeviceOptions) (resourceslice.DriverResourc
 		return resourceslice.DriverResources{}, err
 	}
 	return slice.Pack(poolName, devices, slice.Options{MaxDevicesPerSlice: opts.MaxDevicesPerSlice}), nil
-}
-
-// NodeClique is the NVLink clique of a node's GPUs (DeviceOptions.CliqueID):
-// the one clique of the GPUs attached to a multi-node fabric, empty when
-// none is. GPUs not attached are left out, as NVIDIA's driver does; GPUs
-// in two cliques are an error, since a node's IMEX daemon serves one.
-func NodeClique(gpus []model.GPU) (string, error) {
-	var cliques []string
-	for _, g := range gpus {
-		if c := g.Fabric.Clique(); c != "" && !slices.Contains(cliques, c) {
-			cliques = append(cliques, c)
-		}
-	}
-	switch len(cliques) {
-	case 0:
-		return "", nil
-	case 1:
-		return cliques[0], nil
-	}
-	return "", fmt.Errorf("the node's GPUs are in %d NVLink cliques (%s): one node's IMEX daemon serves one clique; "+
-		"check the fabric manager's partitions for this node", len(cliques), strings.Join(cliques, ", "))
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/slice"
 )
 
@@ -99,36 +98,4 @@ func repeat(v, n int) []int {
 func ExampleChannelDeviceName() {
 	fmt.Println(ChannelDeviceName(0), ChannelDeviceName(2047), DaemonDeviceName)
 	// Output: channel-0 channel-2047 daemon-0
-}
-
-func TestNodeClique(t *testing.T) {
-	attached := func(cluster string, clique uint32) model.GPU {
-		return model.GPU{Fabric: &model.Fabric{State: model.FabricCompleted, ClusterUUID: cluster, CliqueID: clique}}
-	}
-	pending := model.GPU{Fabric: &model.Fabric{State: model.FabricInProgress}}
-	failed := attached("c0", 9)
-	failed.Fabric.Error = "NVML_ERROR_UNKNOWN"
-	for _, tc := range []struct {
-		name    string
-		gpus    []model.GPU
-		want    string
-		wantErr string
-	}{
-		{name: "no GPUs"},
-		{name: "no fabric", gpus: []model.GPU{{}, {}}},
-		{name: "one clique", gpus: []model.GPU{attached("c0", 7), attached("c0", 7)}, want: "c0.7"},
-		{name: "unattached GPUs left out", gpus: []model.GPU{pending, attached("c0", 7), failed}, want: "c0.7"},
-		{name: "two cliques", gpus: []model.GPU{attached("c0", 7), attached("c0", 8)}, wantErr: "in 2 NVLink cliques (c0.7, c0.8)"},
-		{name: "two clusters", gpus: []model.GPU{attached("c0", 7), attached("c1", 7)}, wantErr: "in 2 NVLink cliques (c0.7, c1.7)"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := NodeClique(tc.gpus)
-			if tc.wantErr != "" {
-				require.ErrorContains(t, err, tc.wantErr)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tc.want, got)
-		})
-	}
 }
