@@ -130,6 +130,12 @@ func BenchmarkDRASock(b *testing.B) {
 			b.ReportMetric(t.idleMem["Pss_File"], "pss-file-idle-MiB")
 			b.ReportMetric(t.idleMem["Pss_Anon"], "pss-anon-idle-MiB")
 			if t.prefix == "" {
+				// The simulated libnvidia-ml's own mapped pages, which the
+				// reference (no NVML) and a real node's C library do not
+				// have; its Go runtime's heap is in the anonymous figure.
+				b.ReportMetric(t.nvmlLib, "rss-nvml-lib-idle-MiB")
+			}
+			if t.prefix == "" {
 				b.ReportMetric(churn, "fs-create-remove-µs")
 			}
 		})
@@ -150,6 +156,7 @@ type drasockTarget struct {
 	idle     float64 // VmRSS, MiB
 	idleAnon float64 // RssAnon, MiB
 	idleMem  map[string]float64
+	nvmlLib  float64 // RSS of the libnvidia-ml mappings, MiB
 }
 
 func newDRASockTarget(b *testing.B, ns, prefix string, plugin *benchPlugin, driverName, class string) *drasockTarget {
@@ -171,6 +178,7 @@ func newDRASockTarget(b *testing.B, ns, prefix string, plugin *benchPlugin, driv
 func (t *drasockTarget) readIdle(b *testing.B) {
 	t.idle, t.idleAnon = procMiB(b, t.pid, "VmRSS"), procMiB(b, t.pid, "RssAnon")
 	t.idleMem = smapsRollup(b, t.pid)
+	t.nvmlLib = mappedMiB(b, t.pid, "libnvidia-ml.so")
 }
 
 // cycle prepares and then unprepares claims in one call each.
@@ -351,6 +359,33 @@ func smapsRollup(b *testing.B, pid int) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// mappedMiB is the resident memory (Rss) of the process's mappings of files
+// whose name contains name, from /proc/<pid>/smaps.
+func mappedMiB(b *testing.B, pid int, name string) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var kb float64
+	in := false
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+			// A mapping's header: address range, perms, offset, device, inode[, path].
+			in = len(fields) >= 6 && strings.Contains(filepath.Base(fields[5]), name)
+			continue
+		}
+		if in && len(fields) == 3 && fields[0] == "Rss:" {
+			v, err := strconv.ParseFloat(fields[1], 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			kb += v
+		}
+	}
+	return kb / 1024
 }
 
 // fakeNode creates a Node object without a kubelet (the owner of a benchmark
