@@ -51,6 +51,9 @@ type GPU struct {
 	// Fabric is the GPU's NVLink fabric registration (fabric.go); nil when
 	// the profile gives none (a gpuFabric model then reports not-started).
 	Fabric *Fabric
+	// ModuleID is the GPU's baseboard module number (moduleid.go); 0 when
+	// the profile gives none.
+	ModuleID int
 }
 
 // Model is a GPU model from the built-in catalogue or from a profile file.

@@ -45,6 +45,10 @@ type deviceSpec struct {
 	// a model with nvml.gpuFabric. A device's entry overrides the group's
 	// field by field.
 	Fabric *fabricSpec `json:"fabric"`
+	// ModuleID is the GPU's module (slot) number on an HGX/DGX baseboard,
+	// what nvmlDeviceGetModuleId answers (moduleid.go); absent: the GPU
+	// answers NOT_SUPPORTED.
+	ModuleID *int `json:"moduleID"`
 }
 
 // gpuGroupSpec is one entry of gpus: Count GPUs of one model.
