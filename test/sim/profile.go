@@ -21,6 +21,9 @@ type Profile struct {
 	// NUMANodesPerSocket is the host's sub-NUMA clustering: NUMA nodes per
 	// CPU socket (1 without SNC). See Server.NUMATopology.
 	NUMANodesPerSocket int
+	// FabricManager is how the node runs NVSwitch Fabric Manager
+	// (fabricmanager.go); FabricManagerNone without it.
+	FabricManager FabricManagerMode
 	// Source says where the profile came from: "builtin" or a file path.
 	Source string
 }

@@ -28,6 +28,9 @@ type profileSpec struct {
 	// NUMANodesPerSocket is the node's sub-NUMA clustering (SNC): how many
 	// NUMA nodes each CPU socket is split into (default 1).
 	NUMANodesPerSocket int `json:"numaNodesPerSocket"`
+	// FabricManager is how the node runs NVSwitch Fabric Manager
+	// (fabricmanager.go).
+	FabricManager string `json:"fabricManager"`
 }
 
 // deviceSpec holds the per-GPU settings. In a gpus[] entry they apply to all

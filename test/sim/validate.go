@@ -125,6 +125,9 @@ func (s *profileSpec) validate() (*Profile, error) {
 	if err := checkModuleIDs(p.GPUs); err != nil {
 		return nil, err
 	}
+	if p.FabricManager, err = parseFabricManager(s.FabricManager, p.GPUs); err != nil {
+		return nil, err
+	}
 	domains, err := validateNVLink(s.NVLink, len(p.GPUs))
 	if err != nil {
 		return nil, err
