@@ -5,11 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
-
-	"github.com/gpudra/gpudra/test/repo"
 )
 
 // LibPackage is the main package of the simulated libnvfm.
@@ -39,35 +35,4 @@ func Build(ctx context.Context, out string) error {
 	}
 	_ = os.Remove(strings.TrimSuffix(out, ".so") + ".h")
 	return nil
-}
-
-var (
-	testLibOnce sync.Once
-	testLib     string
-	testLibErr  error
-)
-
-// TestLibrary builds the library once per process into _output/test/fmsim
-// of the module and returns its path.
-func TestLibrary() (string, error) {
-	testLibOnce.Do(func() {
-		root, err := repo.Root()
-		if err != nil {
-			testLibErr = err
-			return
-		}
-		dir := filepath.Join(root, "_output", "test", "fmsim")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			testLibErr = err
-			return
-		}
-		out := filepath.Join(dir, "libnvfm-sim.so")
-		tmp := fmt.Sprintf("%s.%d", out, os.Getpid())
-		if err := Build(context.Background(), tmp); err != nil {
-			testLibErr = err
-			return
-		}
-		testLib, testLibErr = out, os.Rename(tmp, out)
-	})
-	return testLib, testLibErr
 }
