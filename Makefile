@@ -19,7 +19,7 @@ BENCH_PKGS := ./internal/...
 
 
 # (workload-root is a file target's alias, see below)
-.PHONY: workload-root all bench bench-cluster bench-computedomain bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd crio demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks policy-versions prereqs-build prereqs-cluster prereqs-lint shellcheck sim-nvml-lib test test-faults tracked-files unit verify-generate vet
+.PHONY: workload-root all bench bench-cluster bench-computedomain bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd crio demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks policy-versions prereqs-build prereqs-cluster prereqs-lint shellcheck sim-fm-lib sim-nvml-lib test test-faults tracked-files unit verify-generate vet
 
 all: build
 
@@ -47,7 +47,7 @@ prereqs-lint: ## Check shellcheck; install it when missing
 prereqs-cluster: ## Check (as root) what the local cluster needs: runc, CNI plugins, iptables, ...; install what is missing
 	@$(PREREQS) build cluster
 
-build: prereqs-build sim-nvml-lib ## Build the binaries into _output/bin
+build: prereqs-build sim-nvml-lib sim-fm-lib ## Build the binaries into _output/bin
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath $(SHIP_BUILD_FLAGS) -o $(BIN)/ ./cmd/...
 	$(GO) build -trimpath -o $(BIN)/ ./test/cmd/...
@@ -57,6 +57,12 @@ sim-nvml-lib: prereqs-build ## Build the simulated NVML library into _output/lib
 	@mkdir -p $(OUTPUT)/lib
 	$(GO) build -buildmode=c-shared -trimpath -ldflags "-s -w -extldflags -Wl,-soname,libnvidia-ml.so.1" -o $(OUTPUT)/lib/libnvidia-ml-sim.so ./test/nvmlsim/lib
 	@rm -f $(OUTPUT)/lib/libnvidia-ml-sim.h
+
+# The simulated libnvfm (NVSwitch Fabric Manager's client library) of fake driver roots (test/fmsim; test-only, never shipped).
+sim-fm-lib: prereqs-build ## Build the simulated Fabric Manager library into _output/lib
+	@mkdir -p $(OUTPUT)/lib
+	$(GO) build -buildmode=c-shared -trimpath -ldflags "-s -w -extldflags -Wl,-soname,libnvfm.so.1" -o $(OUTPUT)/lib/libnvfm-sim.so ./test/fmsim/lib
+	@rm -f $(OUTPUT)/lib/libnvfm-sim.h
 
 test: prereqs-cluster unit e2e ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster with the chart-installed driver
 
@@ -180,7 +186,8 @@ fake-driver-root: build ## Fake driver root for a simulated node: make fake-driv
 	@test -n "$(DIR)" -a -n "$(PROFILE)" -a -n "$(NODE)" || \
 	  { echo "usage: make fake-driver-root DIR=<dir> PROFILE=<profile> NODE=<node> [PROFILE_DIR=<dir>]" >&2; exit 2; }
 	$(BIN)/gpudra-fake-driver-root --dir="$(DIR)" --profile="$(PROFILE)" --node="$(NODE)" \
-	  $(if $(PROFILE_DIR),--profile-dir="$(PROFILE_DIR)") --nvml-library=$(OUTPUT)/lib/libnvidia-ml-sim.so
+	  $(if $(PROFILE_DIR),--profile-dir="$(PROFILE_DIR)") --nvml-library=$(OUTPUT)/lib/libnvidia-ml-sim.so \
+	  --fm-library=$(OUTPUT)/lib/libnvfm-sim.so
 
 # The local cluster (test/localcluster): real control plane, per simulated GPU node a containerd
 # and a kubelet, the driver installed with `helm install` of the chart. gpudra-cluster is its CLI.

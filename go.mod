@@ -3,6 +3,7 @@ module github.com/gpudra/gpudra
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvfm v0.0.0-20260629235037-b587f11880ea
 	github.com/NVIDIA/go-nvml v0.13.4-0
 	github.com/NVIDIA/nvidia-container-toolkit v1.20.1
 	github.com/containerd/nri v0.12.3

@@ -82,6 +82,9 @@ type Options struct {
 	Node string
 	// NVMLLibrary is the built simulated libnvidia-ml (make sim-nvml-lib).
 	NVMLLibrary string
+	// FMLibrary is the built simulated libnvfm (make sim-fm-lib); needed
+	// only for a profile that runs Fabric Manager (sim.Profile.FabricManager).
+	FMLibrary string
 	// ToolsDir holds the fake tools (Tools);
 	// default: the directory of the running executable.
 	ToolsDir string
@@ -105,7 +108,7 @@ type Config struct {
 // tmp is there as on every real root: a whole-system root (host layout) has
 // one, and where the root has none (gke) the container runtime makes it when
 // a chrooted MPS daemon Pod mounts its pipe directory at <root>/tmp/nvidia-mps.
-var ownedEntries = []string{"bin", "dev", "etc", "lib", "lib64", "proc", "sys", "tmp", "usr", "var"}
+var ownedEntries = []string{"bin", "dev", "etc", "lib", "lib64", "proc", "run", "sys", "tmp", "usr", "var"}
 
 // Generate creates the fake driver root opts.Dir, or refreshes an existing
 // one. The simulator state under var/lib/gpudra-sim is kept. Generate must
@@ -116,6 +119,9 @@ func Generate(opts Options) error {
 	}
 	profile, err := sim.Load(opts.Profile, opts.ProfileDirs)
 	if err != nil {
+		return err
+	}
+	if err := checkFMLibrary(profile.FabricManager, opts.FMLibrary); err != nil {
 		return err
 	}
 	cfg, profileCopy, err := configFor(opts, profile)
@@ -137,6 +143,7 @@ func Generate(opts Options) error {
 	w.stateDir()
 	layout := Layouts[opts.Layout]
 	w.libraries(layout, facts.DriverVersion, opts.NVMLLibrary)
+	w.fabricManager(layout, profile.FabricManager, opts.FMLibrary)
 	w.firmware(facts.DriverVersion)
 	w.binaries(layout, opts.ToolsDir)
 	if layout.Shell {

@@ -86,6 +86,13 @@ var calls = map[string]Call{
 		return r
 	},
 	"DeviceGetGpuFabricInfoV": fabricInfoV2,
+	"DeviceGetModuleId": func(l nvml.Interface, d nvml.Device, _ int) nvml.Return {
+		if l.Extensions().LookupSymbol("nvmlDeviceGetModuleId") != nil {
+			return nvml.ERROR_FUNCTION_NOT_FOUND
+		}
+		_, r := d.GetModuleId()
+		return r
+	},
 	"GpmQueryDeviceSupport": func(l nvml.Interface, d nvml.Device, _ int) nvml.Return {
 		_, r := l.GpmQueryDeviceSupport(d)
 		return r

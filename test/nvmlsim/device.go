@@ -106,6 +106,14 @@ func (l *Library) DeviceGetMinorNumber(h uintptr, p unsafe.Pointer) nvml.Return 
 	})
 }
 
+// DeviceGetModuleID is nvmlDeviceGetModuleId.
+func (l *Library) DeviceGetModuleID(h uintptr, p unsafe.Pointer) nvml.Return {
+	return l.onDevice("nvmlDeviceGetModuleId", h, func(d nvml.Device) nvml.Return {
+		v, ret := d.GetModuleId()
+		return store(p, uint32(v), ret)
+	})
+}
+
 // DeviceGetMemoryInfo is nvmlDeviceGetMemoryInfo.
 func (l *Library) DeviceGetMemoryInfo(h uintptr, p unsafe.Pointer) nvml.Return {
 	return l.onDevice("nvmlDeviceGetMemoryInfo", h, func(d nvml.Device) nvml.Return {

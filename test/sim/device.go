@@ -74,6 +74,7 @@ func (d *device) setFuncs() {
 	d.GetIndexFunc = func() (int, nvml.Return) { return d.gpu.Index, nvml.SUCCESS }
 	d.GetMinorNumberFunc = func() (int, nvml.Return) { return d.gpu.Index, nvml.SUCCESS }
 	d.GetSerialFunc = func() (string, nvml.Return) { return d.serial, nvml.SUCCESS }
+	d.GetModuleIdFunc = d.moduleID
 	d.GetBoardPartNumberFunc = func() (string, nvml.Return) {
 		if m.BoardPartNumber == "" {
 			return "", nvml.ERROR_NOT_SUPPORTED

@@ -123,6 +123,19 @@
 // answers ERROR_NOT_SUPPORTED; before R550 the versioned call answers
 // ERROR_FUNCTION_NOT_FOUND and LookupSymbol reports it missing.
 //
+// # Baseboard modules
+//
+// moduleid.go: a profile's moduleID per GPU is what GetModuleId answers
+// (the 8-GPU boards dgx-a100, dgx-h100 and hgx-b200 number theirs 1..8);
+// a GPU without one answers ERROR_NOT_SUPPORTED.
+//
+// # Fabric Manager
+//
+// fabricmanager.go: a profile's fabricManager (none, bare-metal,
+// shared-nvswitch) says how the node runs NVSwitch Fabric Manager; in shared
+// NVSwitch mode FabricPartitions is the HGX 8-GPU partition table by module
+// ID. The simulated libnvfm (test/fmsim) answers Fabric Manager's API from it.
+//
 // # Faults
 //
 // faults.go models what a health monitor sees of a failing GPU: event sets

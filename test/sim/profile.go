@@ -21,6 +21,9 @@ type Profile struct {
 	// NUMANodesPerSocket is the host's sub-NUMA clustering: NUMA nodes per
 	// CPU socket (1 without SNC). See Server.NUMATopology.
 	NUMANodesPerSocket int
+	// FabricManager is how the node runs NVSwitch Fabric Manager
+	// (fabricmanager.go); FabricManagerNone without it.
+	FabricManager FabricManagerMode
 	// Source says where the profile came from: "builtin" or a file path.
 	Source string
 }
@@ -51,6 +54,9 @@ type GPU struct {
 	// Fabric is the GPU's NVLink fabric registration (fabric.go); nil when
 	// the profile gives none (a gpuFabric model then reports not-started).
 	Fabric *Fabric
+	// ModuleID is the GPU's baseboard module number (moduleid.go); 0 when
+	// the profile gives none.
+	ModuleID int
 }
 
 // Model is a GPU model from the built-in catalogue or from a profile file.

@@ -28,6 +28,9 @@ type profileSpec struct {
 	// NUMANodesPerSocket is the node's sub-NUMA clustering (SNC): how many
 	// NUMA nodes each CPU socket is split into (default 1).
 	NUMANodesPerSocket int `json:"numaNodesPerSocket"`
+	// FabricManager is how the node runs NVSwitch Fabric Manager
+	// (fabricmanager.go).
+	FabricManager string `json:"fabricManager"`
 }
 
 // deviceSpec holds the per-GPU settings. In a gpus[] entry they apply to all
@@ -45,6 +48,10 @@ type deviceSpec struct {
 	// a model with nvml.gpuFabric. A device's entry overrides the group's
 	// field by field.
 	Fabric *fabricSpec `json:"fabric"`
+	// ModuleID is the GPU's module (slot) number on an HGX/DGX baseboard,
+	// what nvmlDeviceGetModuleId answers (moduleid.go); absent: the GPU
+	// answers NOT_SUPPORTED.
+	ModuleID *int `json:"moduleID"`
 }
 
 // gpuGroupSpec is one entry of gpus: Count GPUs of one model.

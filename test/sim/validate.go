@@ -122,6 +122,12 @@ func (s *profileSpec) validate() (*Profile, error) {
 		}
 		return 0
 	})
+	if err := checkModuleIDs(p.GPUs); err != nil {
+		return nil, err
+	}
+	if p.FabricManager, err = parseFabricManager(s.FabricManager, p.GPUs); err != nil {
+		return nil, err
+	}
 	domains, err := validateNVLink(s.NVLink, len(p.GPUs))
 	if err != nil {
 		return nil, err
@@ -225,6 +231,12 @@ func (d *deviceSpec) apply(at string, gpu *GPU, busIDs map[pciAddress]string) er
 			return err
 		}
 		gpu.Fabric = f
+	}
+	if d.ModuleID != nil {
+		if *d.ModuleID < 1 || *d.ModuleID > maxModuleID {
+			return fmt.Errorf("%s: must be a baseboard module number between 1 and %d", join(at, "moduleID"), maxModuleID)
+		}
+		gpu.ModuleID = *d.ModuleID
 	}
 	if d.MIGDevices != nil {
 		if !gpu.Model.MIGCapable() {

@@ -179,6 +179,9 @@ func describe(ctx context.Context, dev nvml.Device, index int, calls optionalCal
 	if gpu.AddressingMode, err = addressingMode(ctx, dev, gpu.UUID, calls); err != nil {
 		return gpu, err
 	}
+	if gpu.ModuleID, err = moduleID(ctx, dev, gpu.UUID, calls); err != nil {
+		return gpu, err
+	}
 	return gpu, nil
 }
 

@@ -82,6 +82,8 @@ func fakeLib(failOn string, mig nvml.Return) *mock.Interface {
 		GetAddressingModeFunc: func() (nvml.DeviceAddressingMode, nvml.Return) {
 			return nvml.DeviceAddressingMode{}, nvml.ERROR_NOT_SUPPORTED
 		},
+		// A PCIe card: no baseboard module.
+		GetModuleIdFunc: func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
 	}
 	return &mock.Interface{
 		// A library without the versioned fabric call (a driver before R550).

@@ -32,11 +32,12 @@ const (
 // library has them: a call to a function the library lacks kills the process
 // (go-nvml binds lazily), so each is looked up once, before discovery makes
 // it.
-type optionalCalls struct{ fabric, fabricV, addressingMode bool }
+type optionalCalls struct{ fabric, fabricV, addressingMode, moduleID bool }
 
 func lookupOptionalCalls(lib nvml.Interface) optionalCalls {
 	has := func(sym string) bool { return lib.Extensions().LookupSymbol(sym) == nil }
-	return optionalCalls{fabric: has(fabricInfoSymbol), fabricV: has(fabricInfoVSymbol), addressingMode: has(addressingModeSymbol)}
+	return optionalCalls{fabric: has(fabricInfoSymbol), fabricV: has(fabricInfoVSymbol), addressingMode: has(addressingModeSymbol),
+		moduleID: has(moduleIDSymbol)}
 }
 
 // fabricHealth are the health mask's fields the model keeps, by shift; each

@@ -56,6 +56,10 @@ type GPU struct {
 	// empty when NVML does not report one (an x86 host that supports
 	// neither, or a driver without the call).
 	AddressingMode string `json:"addressingMode,omitempty"`
+	// ModuleID is the GPU's module (slot) number on an HGX/DGX baseboard
+	// (nvmlDeviceGetModuleId), the number NVSwitch Fabric Manager names the
+	// GPU by; 0 when NVML reports none (a GPU that is not on a baseboard).
+	ModuleID int `json:"moduleID,omitempty"`
 	// MIG is the MIG geometry of a MIG-capable GPU; nil otherwise. It lists
 	// every profile of the GPU, published or not.
 	MIG *MIGGeometry `json:"mig,omitempty"`

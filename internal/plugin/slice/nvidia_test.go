@@ -52,6 +52,8 @@ func TestNVIDIAAttributes(t *testing.T) {
 					assert.NotNil(t, d.Attributes[slice.AttrCUDAComputeCapability].VersionValue, "cudaComputeCapability is a version")
 					assert.NotNil(t, d.Attributes[slice.AttrDriverVersion].VersionValue, "driverVersion is a version")
 					assert.NotNil(t, d.Attributes[slice.AttrCUDADriverVersion].VersionValue, "cudaDriverVersion is a version")
+					// gpuModuleID only with NVIDIA's FabricManagerPartitioning gate.
+					assert.NotContains(t, d.Attributes, slice.AttrGPUModuleID, "%s has no gpuModuleID", d.Name)
 					if *d.Attributes[slice.AttrType].StringValue != "mig" {
 						assert.NotNil(t, d.Attributes[slice.AttrIndex].IntValue)
 						continue

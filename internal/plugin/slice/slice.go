@@ -54,6 +54,11 @@ const (
 	// values; absent where NVML reports none. MIG devices carry their
 	// parent's.
 	AttrAddressingMode resourceapi.QualifiedName = "addressingMode"
+	// AttrGPUModuleID is the GPU's module number on an HGX/DGX baseboard
+	// (model.GPU.ModuleID), NVIDIA's name and type; absent where NVML
+	// reports none. MIG devices carry their parent's. In the NVIDIA
+	// compatibility mode it is left out (WithNVIDIAAttributes).
+	AttrGPUModuleID resourceapi.QualifiedName = "gpuModuleID"
 
 	CapacityMemory resourceapi.QualifiedName = "memory"
 
@@ -235,6 +240,9 @@ func gpuDevice(node *model.Node, gpu *model.GPU) (resourceapi.Device, error) {
 	}
 	if gpu.AddressingMode != "" {
 		attrs[AttrAddressingMode] = str(gpu.AddressingMode)
+	}
+	if gpu.ModuleID > 0 {
+		attrs[AttrGPUModuleID] = integer(gpu.ModuleID)
 	}
 	if gpu.NUMANode != nil {
 		attr, err := deviceattribute.GetNUMANodeAttribute(*gpu.NUMANode, deviceattribute.ScalarAttribute)

@@ -82,11 +82,12 @@ func TestDeviceAttributes(t *testing.T) {
 		memory  string
 		migCap  bool
 		hasNUMA bool
+		modules bool // an 8-GPU baseboard: gpuModuleID 1..8
 	}{
-		{"dgx-a100", 8, "NVIDIA A100-SXM4-40GB", "Ampere", "8.0.0", "40Gi", true, true},
-		{"dgx-h100", 8, "NVIDIA H100 80GB HBM3", "Hopper", "9.0.0", "80Gi", true, true},
-		{"h200", 4, "NVIDIA H200", "Hopper", "9.0.0", "", true, true},
-		{"l4", 2, "NVIDIA L4", "Ada Lovelace", "8.9.0", "23034Mi", false, true},
+		{"dgx-a100", 8, "NVIDIA A100-SXM4-40GB", "Ampere", "8.0.0", "40Gi", true, true, true},
+		{"dgx-h100", 8, "NVIDIA H100 80GB HBM3", "Hopper", "9.0.0", "80Gi", true, true, true},
+		{"h200", 4, "NVIDIA H200", "Hopper", "9.0.0", "", true, true, false},
+		{"l4", 2, "NVIDIA L4", "Ada Lovelace", "8.9.0", "23034Mi", false, true, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.profile, func(t *testing.T) {
@@ -110,6 +111,11 @@ func TestDeviceAttributes(t *testing.T) {
 				require.Equal(t, tc.migCap, *a["migCapable"].BoolValue)
 				require.Equal(t, node.GPUs[i].PCIBusID, *a["resource.kubernetes.io/pciBusID"].StringValue)
 				require.NotEmpty(t, *a["resource.kubernetes.io/pcieRoot"].StringValue)
+				if tc.modules {
+					require.Equal(t, int64(i+1), *a["gpuModuleID"].IntValue)
+				} else {
+					require.NotContains(t, a, resourceapi.QualifiedName("gpuModuleID"))
+				}
 				_, numa := a["resource.kubernetes.io/numaNode"]
 				require.Equal(t, tc.hasNUMA, numa)
 				if tc.memory != "" {

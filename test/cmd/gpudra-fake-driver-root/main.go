@@ -44,6 +44,7 @@ func parseFlags(args []string, stderr io.Writer) (fakedriver.Options, error) {
 	fs.StringSliceVar(&o.ProfileDirs, "profile-dir", nil, "Directory searched for <profile>.yaml before the built-in profiles; repeat for several.")
 	fs.StringVar(&o.Node, "node", "", "Node name; it seeds the simulated GPU UUIDs (required).")
 	fs.StringVar(&o.NVMLLibrary, "nvml-library", "", "The simulated libnvidia-ml built by `make sim-nvml-lib` (required).")
+	fs.StringVar(&o.FMLibrary, "fm-library", "", "The simulated libnvfm built by `make sim-fm-lib` (required for a profile that runs Fabric Manager).")
 	fs.StringVar(&o.Layout, "layout", "host", "Driver installation to imitate: host (a host's or the GPU Operator's driver container: usr/lib/x86_64-linux-gnu, usr/bin) or gke (/home/kubernetes/bin/nvidia: lib64, bin).")
 	fs.StringVar(&o.ToolsDir, "tools-dir", "", "Directory with "+fakedriver.FakeNvidiaSMI+", "+fakedriver.FakeMPSControl+", "+fakedriver.FakeIMEX+" and "+fakedriver.FakeIMEXCtl+" (default: this executable's directory).")
 	if err := fs.Parse(args); err != nil {

@@ -101,6 +101,9 @@ func nvmlDeviceGetCudaComputeCapability(d uintptr, major, minor unsafe.Pointer) 
 	return r(lib.DeviceGetCudaComputeCapability(d, major, minor))
 }
 
+//export nvmlDeviceGetModuleId
+func nvmlDeviceGetModuleId(d uintptr, p unsafe.Pointer) int32 { return r(lib.DeviceGetModuleID(d, p)) }
+
 //export nvmlDeviceGetIndex
 func nvmlDeviceGetIndex(d uintptr, p unsafe.Pointer) int32 { return r(lib.DeviceGetIndex(d, p)) }
 

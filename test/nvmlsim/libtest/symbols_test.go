@@ -80,6 +80,7 @@ func TestEveryGoNVMLSymbolExists(t *testing.T) {
 		"nvmlComputeInstanceDestroy", "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlEventSetWait_v2",
 		"nvmlDeviceRegisterEvents", "nvmlDeviceGetSupportedEventTypes", "nvmlDeviceGetTotalEccErrors",
 		"nvmlDeviceGetFieldValues", "nvmlDeviceGetComputeMode", "nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetAddressingMode",
+		"nvmlDeviceGetModuleId",
 		"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit",
 		"nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo",
 		"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
