@@ -369,6 +369,16 @@ func (c *Controller) deleteUnused(ctx context.Context, name string) error {
 			"claims", len(claims), "example", klog.KObj(claims[0].(*resourceapi.ResourceClaim)))
 		return nil
 	}
+	// The claim informer may not have seen a claim created just before the
+	// slice change that left the class unused (two watches, no order
+	// between them): the API server has the last word before a delete.
+	if claim, err := c.liveClaimUsing(ctx, name); err != nil {
+		return err
+	} else if claim != nil {
+		logger.V(2).Info("No GPU of this model (MIG device of this profile) is left, but a claim the cache has not seen yet references the class; keeping it",
+			"claim", klog.KObj(claim))
+		return nil
+	}
 	err = c.client.ResourceV1().DeviceClasses().Delete(ctx, name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &existing.UID, ResourceVersion: &existing.ResourceVersion}})
 	if apierrors.IsNotFound(err) {

@@ -1,10 +1,13 @@
 package deviceclass
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpudra/gpudra/internal/shared/compat"
 )
@@ -115,4 +118,28 @@ func indexClaimClasses(obj any) ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// liveClaimUsing lists the ResourceClaims of every namespace from the API
+// server, a page at a time, and returns one whose requests name the
+// DeviceClass name, or nil. Only a delete asks, and deletes are rare (the
+// last GPU of a model or MIG device of a profile left the cluster).
+func (c *Controller) liveClaimUsing(ctx context.Context, name string) (*resourceapi.ResourceClaim, error) {
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := c.client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list ResourceClaims to confirm that none uses DeviceClass %s before deleting it: %w", name, err)
+		}
+		for i := range list.Items {
+			names, _ := indexClaimClasses(&list.Items[i])
+			if slices.Contains(names, name) {
+				return &list.Items[i], nil
+			}
+		}
+		if list.Continue == "" {
+			return nil, nil
+		}
+		opts.Continue = list.Continue
+	}
 }

@@ -9,6 +9,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
@@ -135,6 +138,30 @@ func TestMIGProfileClassLifecycle(t *testing.T) {
 	}, waitFor, tick)
 	require.NoError(t, slices.Delete(t.Context(), "node-a", metav1.DeleteOptions{}))
 	h.waitGone("1g.10gb.mig.gpudra.io")
+}
+
+// A claim the controller's cache has not seen yet (its watch event still on
+// the way when the last MIG device of the profile leaves) still keeps the
+// class: the controller asks the API server before a delete. Here the
+// claims' watch never delivers, so only that live list knows the claim.
+func TestClassKeptForAClaimTheCacheHasNotSeen(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependWatchReactor("resourceclaims", func(clienttesting.Action) (bool, watch.Interface, error) {
+		return true, watch.NewFake(), nil
+	})
+	h := startWith(t, client, Options{PerProfileMIGClasses: true})
+	slices := client.ResourceV1().ResourceSlices()
+	_, err := slices.Create(t.Context(), migSlice("node-a", "1g.10gb", "3g.40gb"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	h.waitClass("3g.40gb.mig.gpudra.io")
+	_, err = client.ResourceV1().ResourceClaims("team-a").Create(t.Context(), claim("wants-3g", "3g.40gb.mig.gpudra.io"), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	_, err = slices.Update(t.Context(), migSlice("node-a", "1g.10gb"), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	assert.Zero(t, h.writes("delete"), "a class deleted under a claim the cache had not seen")
+	_, err = h.get("3g.40gb.mig.gpudra.io")
+	require.NoError(t, err)
 }
 
 func TestModelAndProfileClassesAreIndependent(t *testing.T) {
