@@ -2,10 +2,8 @@ package fmsim
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"strings"
+
+	"github.com/gpudra/gpudra/test/cshared"
 )
 
 // LibPackage is the main package of the simulated libnvfm.
@@ -24,15 +22,5 @@ const LDFlags = "-s -w -extldflags -Wl,-soname," + SONAME
 // compiler for cgo) inside this module. The C header the build writes next
 // to out is removed.
 func Build(ctx context.Context, out string) error {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return fmt.Errorf("building the simulated libnvfm needs the go command in PATH: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, goBin, "build", "-buildmode=c-shared", "-trimpath", "-ldflags="+LDFlags, "-o", out, LibPackage)
-	cmd.Env = os.Environ()
-	if o, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the simulated libnvfm (%s): %w\n%s", LibPackage, err, o)
-	}
-	_ = os.Remove(strings.TrimSuffix(out, ".so") + ".h")
-	return nil
+	return cshared.Build(ctx, "the simulated libnvfm", LibPackage, LDFlags, out)
 }

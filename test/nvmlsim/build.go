@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 
+	"github.com/gpudra/gpudra/test/cshared"
 	"github.com/gpudra/gpudra/test/repo"
 )
 
@@ -29,21 +28,12 @@ const SONAME = "libnvidia-ml.so.1"
 // compiler for cgo) and must run inside this module. The C header the
 // build writes next to out is removed.
 func Build(ctx context.Context, out string) error {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return fmt.Errorf("building the simulated NVML library needs the go command in PATH: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, goBin, "build", "-buildmode=c-shared", "-trimpath", "-ldflags="+LDFlags, "-o", out, LibPackage)
-	cmd.Env = os.Environ()
+	var env []string
 	if os.Getenv("CGO_CFLAGS") == "" {
 		// go-nvml's bindings warn about NVML functions deprecated in CUDA 13.
-		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -Wno-deprecated-declarations")
+		env = append(env, "CGO_CFLAGS=-O2 -Wno-deprecated-declarations")
 	}
-	if o, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the simulated NVML library (%s): %w\n%s", LibPackage, err, o)
-	}
-	_ = os.Remove(strings.TrimSuffix(out, ".so") + ".h")
-	return nil
+	return cshared.Build(ctx, "the simulated NVML library", LibPackage, LDFlags, out, env...)
 }
 
 var (
