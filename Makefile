@@ -64,8 +64,6 @@ sim-fm-lib: prereqs-build ## Build the simulated Fabric Manager library into _ou
 	$(GO) build -buildmode=c-shared -trimpath -ldflags "-s -w -extldflags -Wl,-soname,libnvfm.so.1" -o $(OUTPUT)/lib/libnvfm-sim.so ./test/fmsim/lib
 	@rm -f $(OUTPUT)/lib/libnvfm-sim.h
 
-test: prereqs-cluster unit e2e ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster with the chart-installed driver
-
 unit: vet ## Unit tests with the race detector (go vet first), demo/lib_test.sh
 	$(GO) test -race -count=1 $(PKGS)
 	$(GO) test -race -count=1 -tags failpoints ./internal/plugin/failpoint/ ./internal/plugin/prepare/
@@ -80,6 +78,10 @@ E2E_DEPS := prereqs-cluster build k8s-binaries containerd crio images $(HELM)
 FAILED_TESTS = $(GO) run ./test/cmd/gpudra-failed-tests
 e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-installed driver (E2E_KEEP_CLUSTER=1 keeps it)
 	set -o pipefail; $(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/ 2>&1 | $(FAILED_TESTS)
+
+# The e2e suite's builds first, then the suite with the unit tests beside it at nice 10 (hack/test.sh says why).
+test: $(E2E_DEPS) ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster with the chart-installed driver
+	MAKE="$(MAKE)" GO="$(GO)" ./hack/test.sh
 
 # The chart's admission policies and RBAC on the oldest API servers gpudra supports (1.34, 1.35),
 # where the policies are the plugin's only confinement: each suite run has etcd and that kube-apiserver only.
