@@ -12,7 +12,7 @@
 # The unit tests' output is printed after the e2e suite's (whose output ends
 # with each failed e2e test again); it fails if either fails.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 MAKE=${MAKE:-make}
 start=$SECONDS
 say() { echo "== [test $((SECONDS - start))s] $*"; }
