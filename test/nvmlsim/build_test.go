@@ -3,15 +3,20 @@ package nvmlsim
 import (
 	"testing"
 
-	"github.com/gpudra/gpudra/test/cshared"
+	"github.com/gpudra/gpudra/test/cshared/cshtest"
 )
 
 // The Makefile's sim-nvml-lib builds the library with Build's flags.
 func TestMakefileBuildsLikeBuild(t *testing.T) {
-	cshared.CheckMakefile(t, "./test/nvmlsim/lib", LDFlags)
+	cshtest.CheckMakefile(t, "./test/nvmlsim/lib", LDFlags)
 }
 
 // The built library has the real one's SONAME: ldconfig indexes it by it.
 func TestBuildSONAME(t *testing.T) {
-	cshared.CheckSONAME(t, Build, SONAME)
+	cshtest.CheckSONAME(t, Build, SONAME)
+}
+
+// The library links no test package: the plugin loads it.
+func TestLibraryLinksNoTestPackages(t *testing.T) {
+	cshtest.CheckDeps(t, LibPackage)
 }
