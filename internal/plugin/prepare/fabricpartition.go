@@ -70,14 +70,12 @@ func (m *Manager) planPartition(rec *checkpoint.ClaimRecord) error {
 
 // activatePartition activates the claim's recorded partition; one already
 // active is left as it is. The caller holds the claim's locks and has
-// written the record.
+// written the record. A claim prepared while partitioning was on, repeated
+// with it off, is left as it is.
 func (m *Manager) activatePartition(ctx context.Context, rec *checkpoint.ClaimRecord) error {
 	p := rec.FabricPartition
-	if p == nil {
+	if p == nil || m.cfg.FabricPartitions == nil {
 		return nil
-	}
-	if m.cfg.FabricPartitions == nil {
-		return fmt.Errorf("the claim uses NVSwitch Fabric Manager partition %d, but Fabric Manager partitioning is off on this plugin", p.ID)
 	}
 	activated, err := m.cfg.FabricPartitions.Activate(ctx, p.ID)
 	if err != nil {

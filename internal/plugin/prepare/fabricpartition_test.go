@@ -234,6 +234,8 @@ func TestFabricPartitionOff(t *testing.T) {
 	require.NoError(t, err)
 	e.fm = nil
 	m2, _ := e.manager()
+	_, err = m2.Prepare(ctx(t), c)
+	require.NoError(t, err, "a repeated prepare of the claim")
 	require.NoError(t, m2.Unprepare(ctx(t), ref(c)))
 	require.Equal(t, []int{7}, activeSet(t, fm), "left active")
 	_, err = m2.Prepare(ctx(t), c)
