@@ -145,6 +145,11 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 			gpus.Close()
 		}
 	}()
+	fm, err := o.openFabricManager(ctx, gpus.Node)
+	if err != nil {
+		return nil, err
+	}
+	gpus.fm = fm
 	edits, err := gpus.Edits(ctx, o)
 	if err != nil {
 		return nil, err
@@ -174,6 +179,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		LockDir: filepath.Join(o.PluginDataDir(), "locks"), MIG: mig.NewManager(gpus.Lib), TimeSlicer: slicer, MPS: mps,
 		ComputeMode: sharing.NVMLComputeMode{Lib: gpus.Lib},
 		OnMPSDaemon: events.mpsDaemon, Passthrough: o.passthrough(gpus.Lib), SyncRecords: o.CheckpointSync,
+		FabricPartitions: gpus.fabricPartitions(),
 	})
 	if err != nil {
 		return nil, err

@@ -9,10 +9,12 @@ import (
 
 	"github.com/gpudra/gpudra/internal/plugin/cdi"
 	"github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/internal/plugin/fabricmanager"
 	"github.com/gpudra/gpudra/internal/plugin/inventory"
 	"github.com/gpudra/gpudra/internal/plugin/mig"
 	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
+	"github.com/gpudra/gpudra/internal/plugin/prepare"
 	"github.com/gpudra/gpudra/internal/shared/compat"
 )
 
@@ -20,6 +22,18 @@ import (
 type GPUNode struct {
 	Lib  nvml.Interface
 	Node *model.Node
+	// fm is the Fabric Manager connection (fabricpartitions.go); nil when
+	// partitioning is off. Close closes it.
+	fm *fabricmanager.Manager
+}
+
+// fabricPartitions is the prepare manager's view of fm (a nil interface,
+// not a nil pointer, when off).
+func (n *GPUNode) fabricPartitions() prepare.FabricPartitions {
+	if n.fm == nil {
+		return nil
+	}
+	return n.fm
 }
 
 // OpenNode opens NVML under the driver root and discovers the node's GPUs;
@@ -70,6 +84,11 @@ func (o *Options) roots() nvmllib.Roots {
 
 // Close shuts NVML down.
 func (n *GPUNode) Close() {
+	if n.fm != nil {
+		if err := n.fm.Close(); err != nil {
+			klog.Background().Error(err, "Fabric Manager library shutdown failed")
+		}
+	}
 	if ret := n.Lib.Shutdown(); ret != nvml.SUCCESS {
 		klog.Background().Error(ret, "NVML shutdown failed")
 	}

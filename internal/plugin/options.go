@@ -63,11 +63,14 @@ type Options struct {
 	ConsumableShares string
 	// Passthrough is --passthrough: GPUs are also published as vfio devices
 	// (passthrough.go).
-	Passthrough    bool
-	shares         slice.ConsumableShares
-	NvidiaSMIPath  string
-	MPSControlPath string
-	MPSRoot        string
+	Passthrough bool
+	// FabricManagerPartitioning is --fabric-manager-partitioning
+	// (fabricpartitions.go).
+	FabricManagerPartitioning bool
+	shares                    slice.ConsumableShares
+	NvidiaSMIPath             string
+	MPSControlPath            string
+	MPSRoot                   string
 	// MPSCheckInterval is how often the MPS daemons of prepared claims are
 	// checked (0: never; see superviseMPS).
 	MPSCheckInterval time.Duration
@@ -135,6 +138,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PodUID, "pod-uid", "",
 		"UID of the plugin's pod; enables rolling updates where old and new plugin pods run side by side. [$POD_UID]")
 	o.addCDIHookFlags(fs)
+	o.addFabricManagerFlag(fs)
 	o.addMetricsFlags(fs)
 	o.addHealthFlags(fs)
 	o.addTelemetryFlags(fs)

@@ -108,6 +108,19 @@ type ClaimRecord struct {
 	// MPSGroups are its daemons of further configuration groups (1, 2, …),
 	// each of a group whose MPS settings differ from the others'.
 	MPSGroups []MPSDaemon `json:"mpsGroups,omitempty"`
+	// FabricPartition is the NVSwitch Fabric Manager partition the claim's
+	// GPUs form (--fabric-manager-partitioning), recorded with
+	// PrepareStarted, before it is activated, so that a rollback, Recover
+	// and unprepare know what to deactivate; nil when none is.
+	FabricPartition *FabricPartition `json:"fabricPartition,omitempty"`
+}
+
+// FabricPartition is a Fabric Manager partition a claim activates.
+type FabricPartition struct {
+	// ID is Fabric Manager's partition ID.
+	ID int `json:"id"`
+	// Modules are the module IDs of its GPUs (the claim's), ascending.
+	Modules []int `json:"modules"`
 }
 
 // MPSDaemons lists the claim's MPS control daemons, group 0's first.

@@ -22,11 +22,14 @@ package failpoint
 
 // Names of the failpoints in the prepare path.
 const (
-	PrepareStarted      = "prepare/PrepareStarted"
-	PrepareCDIWritten   = "prepare/CDIWritten"
-	PrepareCompleted    = "prepare/PrepareCompleted"
-	PrepareMIGCreated   = "prepare/MIGCreated"
-	UnprepareCDIRemoved = "unprepare/CDIRemoved"
+	PrepareStarted    = "prepare/PrepareStarted"
+	PrepareCDIWritten = "prepare/CDIWritten"
+	PrepareCompleted  = "prepare/PrepareCompleted"
+	PrepareMIGCreated = "prepare/MIGCreated"
+	// PrepareFabricPartitionActivated: the claim's Fabric Manager partition
+	// is active (or was already), nothing else of the prepare is done.
+	PrepareFabricPartitionActivated = "prepare/FabricPartitionActivated"
+	UnprepareCDIRemoved             = "unprepare/CDIRemoved"
 	// PrepareTimeSliceSet: a GPU's time slice was set (once per GPU of a
 	// time-sliced claim), before the next GPU's.
 	PrepareTimeSliceSet = "prepare/TimeSliceSet"

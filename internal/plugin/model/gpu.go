@@ -60,6 +60,10 @@ type GPU struct {
 	// (nvmlDeviceGetModuleId), the number NVSwitch Fabric Manager names the
 	// GPU by; 0 when NVML reports none (a GPU that is not on a baseboard).
 	ModuleID int `json:"moduleID,omitempty"`
+	// FabricPartitions maps the size of each NVSwitch Fabric Manager
+	// partition holding the GPU to the partition's ID (the partition<N>
+	// attributes); set only with --fabric-manager-partitioning.
+	FabricPartitions map[int]int `json:"fabricPartitions,omitempty"`
 	// MIG is the MIG geometry of a MIG-capable GPU; nil otherwise. It lists
 	// every profile of the GPU, published or not.
 	MIG *MIGGeometry `json:"mig,omitempty"`
@@ -97,6 +101,10 @@ type Node struct {
 	// describe (a GPU fallen off the bus answers nothing). They are not in
 	// GPUs unless published from their last known identity.
 	Unavailable []UnavailableGPU `json:"unavailable,omitempty"`
+	// FabricManager: the plugin uses NVSwitch Fabric Manager's partitions
+	// (--fabric-manager-partitioning); GPUs and vfio devices then carry
+	// gpuModuleID and partition<N> in every mode.
+	FabricManager bool `json:"fabricManager,omitempty"`
 }
 
 // DeviceName is the name of a whole-GPU device in the ResourceSlice.

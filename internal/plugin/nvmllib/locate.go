@@ -117,3 +117,31 @@ func resolveInRoot(root, p string) (string, error) {
 	}
 	return resolved, nil
 }
+
+// FindInRoot returns the host path of the first of names found in
+// LibrarySearchDirs under driverRoot ("/" when empty), resolving symbolic
+// links as FindLibrary does; for the driver's other libraries (Fabric
+// Manager's libnvfm). The error wraps fs.ErrNotExist when none is there.
+func FindInRoot(driverRoot string, names ...string) (string, error) {
+	if driverRoot == "" {
+		driverRoot = "/"
+	}
+	root, err := filepath.Abs(driverRoot)
+	if err != nil {
+		return "", fmt.Errorf("driver root %q: %w", driverRoot, err)
+	}
+	for _, name := range names {
+		for _, dir := range LibrarySearchDirs {
+			inRoot, err := resolveInRoot(root, path.Join(dir, name))
+			if err != nil {
+				continue
+			}
+			hostPath := filepath.Join(root, inRoot)
+			if fi, err := os.Stat(hostPath); err == nil && fi.Mode().IsRegular() {
+				return hostPath, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%w: %s in none of %s under driver root %q", fs.ErrNotExist, strings.Join(names, " or "),
+		strings.Join(LibrarySearchDirs, ", "), driverRoot)
+}

@@ -114,3 +114,37 @@ func TestResolveInRoot(t *testing.T) {
 		assert.Equal(t, want, got, in)
 	}
 }
+
+// TestFindInRoot: the first name found in the search directories, links
+// resolved inside the root (an absolute link points into the root, not the
+// host), and fs.ErrNotExist when none is there.
+func TestFindInRoot(t *testing.T) {
+	tests := []struct {
+		name    string
+		entries []string
+		want    string // relative to the root; "" for not found
+	}{
+		{name: "versioned link", entries: []string{"usr/lib/x86_64-linux-gnu/libnvfm.so.1 -> libnvfm.so.580.1", "usr/lib/x86_64-linux-gnu/libnvfm.so.580.1"},
+			want: "usr/lib/x86_64-linux-gnu/libnvfm.so.580.1"},
+		{name: "absolute link stays in the root", entries: []string{"usr/lib64/libnvfm.so.1 -> /opt/fm/libnvfm.so.1", "opt/fm/libnvfm.so.1"},
+			want: "opt/fm/libnvfm.so.1"},
+		{name: "second name", entries: []string{"lib/libnvfm.so"}, want: "lib/libnvfm.so"},
+		{name: "first name wins", entries: []string{"lib/libnvfm.so", "usr/local/nvidia/lib64/libnvfm.so.1"}, want: "usr/local/nvidia/lib64/libnvfm.so.1"},
+		{name: "dangling link", entries: []string{"usr/lib64/libnvfm.so.1 -> missing"}},
+		{name: "a directory", entries: []string{"usr/lib64/libnvfm.so.1/"}},
+		{name: "none", entries: []string{"usr/lib64/"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := tree(t, tc.entries...)
+			got, err := FindInRoot(root, "libnvfm.so.1", "libnvfm.so")
+			if tc.want == "" {
+				require.ErrorIs(t, err, os.ErrNotExist)
+				assert.ErrorContains(t, err, "libnvfm.so.1 or libnvfm.so")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, filepath.Join(root, tc.want), got)
+		})
+	}
+}

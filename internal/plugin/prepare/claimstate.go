@@ -79,6 +79,9 @@ func (m *Manager) plan(ref claimRef, configs []claimconfig.DeviceConfig) (*claim
 		rec.Devices = append(rec.Devices, d)
 		cfgs = append(cfgs, c.Config)
 	}
+	if err := m.planPartition(rec); err != nil {
+		return nil, err
+	}
 	return newClaimState(rec, cfgs), nil
 }
 

@@ -57,6 +57,8 @@ type env struct {
 	pass  *Passthrough
 	// syncRecords is Config.SyncRecords.
 	syncRecords bool
+	// fm is Config.FabricPartitions (fabricpartition_test.go).
+	fm FabricPartitions
 }
 
 func newEnv(t testing.TB, gpus int) *env {
@@ -105,7 +107,8 @@ func (e *env) tryManager() (*Manager, RecoverReport, error) {
 		names = *e.names
 	}
 	m, err := New(Config{Names: names, Passthrough: e.pass, PoolName: testPool, Node: e.node, Checkpoints: store, CDI: w, LockDir: e.lockDir,
-		TimeSlicer: e.slicer, MPS: mps, OnMPSDaemon: e.recordMPS, ComputeMode: e.modes, SyncRecords: e.syncRecords})
+		TimeSlicer: e.slicer, MPS: mps, OnMPSDaemon: e.recordMPS, ComputeMode: e.modes, SyncRecords: e.syncRecords,
+		FabricPartitions: e.fm})
 	require.NoError(e.t, err)
 	rep, err := m.Recover(ctx(e.t))
 	return m, rep, err

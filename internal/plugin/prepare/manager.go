@@ -66,6 +66,10 @@ type Config struct {
 	// Passthrough rebinds GPUs for their vfio devices; nil when passthrough
 	// (Names.Passthrough) is off.
 	Passthrough *Passthrough
+	// FabricPartitions activates the NVSwitch Fabric Manager partition of
+	// each claim of whole GPUs or vfio devices (fabricpartition.go); nil
+	// when --fabric-manager-partitioning is off.
+	FabricPartitions FabricPartitions
 	// SyncRecords fsyncs the records a restarted plugin relies on
 	// (PrepareCompleted, and rewrites of completed claims) before their
 	// rename. Off, every record is written without fsync: a crash of the
@@ -226,6 +230,10 @@ func (m *Manager) unprepare(ctx context.Context, uid string) error {
 	}
 	t.done(PhaseSharing)
 	if err := m.unbindVFIO(ctx, rec); err != nil {
+		return err
+	}
+	// After the GPUs are back with nvidia, as NVIDIA's driver does.
+	if err := m.releasePartition(ctx, rec); err != nil {
 		return err
 	}
 	if err := m.unprepareMIG(ctx, rec); err != nil {

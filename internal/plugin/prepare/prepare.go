@@ -112,6 +112,10 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 		if _, err := m.ensureMPS(ctx, rec); err != nil {
 			return nil, err
 		}
+		// Its partition active again, should Fabric Manager have lost it.
+		if err := m.activatePartition(ctx, rec); err != nil {
+			return nil, err
+		}
 		return m.kubeletDevices(rec), nil
 	}
 	if rec != nil {
@@ -163,6 +167,12 @@ func (m *Manager) prepare(ctx context.Context, claim *resourceapi.ResourceClaim,
 	after(phaseStarted)
 	// From here on the checkpoint says a prepare is under way: a crash is
 	// rolled back or completed by Recover; a failure is rolled back now.
+	// The partition first, as NVIDIA's driver does: activation retrains
+	// the GPUs' NVLinks, before anything uses them.
+	if err := m.activatePartition(ctx, rec); err != nil {
+		m.rollback(ctx, rec)
+		return nil, err
+	}
 	if err := m.realizeMIG(ctx, rec); err != nil {
 		m.rollback(ctx, rec)
 		return nil, err
@@ -282,6 +292,10 @@ func (m *Manager) rollback(ctx context.Context, rec *checkpoint.ClaimRecord) {
 	failpoint.Inject(failpoint.RollbackSharingReleased)
 	if err := m.unbindVFIO(ctx, rec); err != nil {
 		logger.Error(err, "Rollback: giving passed-through GPUs back to nvidia failed; it will be retried at restart", "claimUID", rec.UID)
+		return
+	}
+	if err := m.releasePartition(ctx, rec); err != nil {
+		logger.Error(err, "Rollback: deactivating the Fabric Manager partition failed; it will be retried at restart", "claimUID", rec.UID)
 		return
 	}
 	if err := m.teardownMIG(ctx, rec); err != nil {

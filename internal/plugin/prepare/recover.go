@@ -202,6 +202,9 @@ func (m *Manager) rollBackInterrupted(ctx context.Context, rec *checkpoint.Claim
 	if err := m.unbindVFIO(ctx, rec); err != nil {
 		return err
 	}
+	if err := m.releasePartition(ctx, rec); err != nil {
+		return err
+	}
 	// Exactly the MIG devices the interrupted prepare or unprepare recorded
 	// (also when the GPU is no longer dynamically partitioned, so that no
 	// sweep runs); reconcileMIG destroys what no record names.

@@ -151,6 +151,10 @@ func migDevice(node *model.Node, gpu *model.GPU, profile string, profileID uint3
 	delete(attrs, AttrNVLinkDomain)
 	delete(attrs, AttrCliqueID)
 	delete(attrs, AttrFabricBandwidthDegraded)
+	// Fabric Manager partitions GPUs, not MIG devices.
+	for size := range gpu.FabricPartitions {
+		delete(attrs, PartitionAttribute(size))
+	}
 	attrs[AttrType] = str(DeviceTypeMIG)
 	attrs[AttrParentUUID] = str(gpu.UUID)
 	attrs[AttrProfile] = str(profile)

@@ -25,14 +25,17 @@ func MemorySliceCapacity(i int) resourceapi.QualifiedName {
 // which replaced NVIDIA's own pcieBusID); on top of them every MIG device
 // gets a memorySlice<i> capacity per memory slice of its placement.
 // MIG devices lose index and minor: they are their parent's numbers, which
-// NVIDIA's driver does not publish for MIG devices. Every device loses
-// gpuModuleID: NVIDIA's driver publishes it only with its alpha
-// FabricManagerPartitioning gate, together with the Fabric Manager's
-// partition<N> attributes, and gpudra does not talk to the Fabric Manager yet.
+// NVIDIA's driver does not publish for MIG devices. MIG devices lose
+// gpuModuleID, and so do GPUs unless the node uses Fabric Manager's
+// partitions (model.Node.FabricManager): NVIDIA's driver publishes it only
+// with its alpha FabricManagerPartitioning gate, on GPUs and vfio devices,
+// together with the partition<N> attributes.
 func WithNVIDIAAttributes(node *model.Node, devices []resourceapi.Device) error {
 	for i := range devices {
 		d := &devices[i]
-		delete(d.Attributes, AttrGPUModuleID)
+		if t := d.Attributes[AttrType].StringValue; !node.FabricManager || t == nil || *t != DeviceTypeGPU {
+			delete(d.Attributes, AttrGPUModuleID)
+		}
 		if t := d.Attributes[AttrType].StringValue; t == nil || *t != DeviceTypeMIG {
 			continue
 		}

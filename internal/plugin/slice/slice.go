@@ -57,7 +57,8 @@ const (
 	// AttrGPUModuleID is the GPU's module number on an HGX/DGX baseboard
 	// (model.GPU.ModuleID), NVIDIA's name and type; absent where NVML
 	// reports none. MIG devices carry their parent's. In the NVIDIA
-	// compatibility mode it is left out (WithNVIDIAAttributes).
+	// compatibility mode only GPUs and vfio devices carry it, and only
+	// with Fabric Manager partitioning (WithNVIDIAAttributes).
 	AttrGPUModuleID resourceapi.QualifiedName = "gpuModuleID"
 
 	CapacityMemory resourceapi.QualifiedName = "memory"
@@ -244,6 +245,9 @@ func gpuDevice(node *model.Node, gpu *model.GPU) (resourceapi.Device, error) {
 	if gpu.ModuleID > 0 {
 		attrs[AttrGPUModuleID] = integer(gpu.ModuleID)
 	}
+	for size, id := range gpu.FabricPartitions {
+		attrs[PartitionAttribute(size)] = integer(id)
+	}
 	if gpu.NUMANode != nil {
 		attr, err := deviceattribute.GetNUMANodeAttribute(*gpu.NUMANode, deviceattribute.ScalarAttribute)
 		if err != nil {
@@ -291,6 +295,23 @@ func Semver(v string) (string, error) {
 		parts[i] = strconv.FormatUint(n, 10)
 	}
 	return strings.Join(parts, "."), nil
+}
+
+// PartitionAttribute names the attribute of a GPU (and its vfio device)
+// whose value is the ID of the NVSwitch Fabric Manager partition of size
+// GPUs holding it (NVIDIA's name and type): partition1, partition2, ….
+func PartitionAttribute(size int) resourceapi.QualifiedName {
+	return resourceapi.QualifiedName("partition" + strconv.Itoa(size))
+}
+
+// isPartitionAttribute says whether name is a PartitionAttribute.
+func isPartitionAttribute(name resourceapi.QualifiedName) bool {
+	n, ok := strings.CutPrefix(string(name), "partition")
+	if !ok || n == "" {
+		return false
+	}
+	_, err := strconv.Atoi(n)
+	return err == nil
 }
 
 func str(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }

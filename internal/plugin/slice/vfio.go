@@ -30,7 +30,8 @@ func passthroughCounterSet(g *model.GPU) string { return g.DeviceName() + "-pass
 // The vfio device carries the GPU's identity as discovered (uuid,
 // productName, index, minor) and its standard PCI, PCIe root and NUMA
 // attributes, copied from the GPU's device, so run it after every other
-// attribute step.
+// attribute step. With Fabric Manager partitioning (model.Node.FabricManager)
+// it also carries the GPU's gpuModuleID and partition<N>.
 func WithPassthrough(node *model.Node, devices []resourceapi.Device) ([]resourceapi.Device, []resourceapi.CounterSet) {
 	byName := make(map[string]int, len(devices))
 	for i := range devices {
@@ -56,7 +57,8 @@ func WithPassthrough(node *model.Node, devices []resourceapi.Device) ([]resource
 		for name, a := range devices[j].Attributes {
 			switch {
 			case strings.HasPrefix(string(name), "resource.kubernetes.io/"),
-				name == AttrUUID, name == AttrProductName, name == AttrIndex, name == AttrMinor:
+				name == AttrUUID, name == AttrProductName, name == AttrIndex, name == AttrMinor,
+				node.FabricManager && (name == AttrGPUModuleID || isPartitionAttribute(name)):
 				v.Attributes[name] = *a.DeepCopy()
 			}
 		}

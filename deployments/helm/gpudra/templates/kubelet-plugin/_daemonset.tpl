@@ -90,6 +90,9 @@ spec:
         {{- end }}
         - --passthrough
         {{- end }}
+        {{- if or $p.fabricManagerPartitioning (and $root.Values.featureGates $root.Values.featureGates.FabricManagerPartitioning) }}
+        - --fabric-manager-partitioning
+        {{- end }}
         # NVML and the driver's files are read at /driver-root (the mount
         # below); CDI specs name them as the host sees them.
         - --nvidia-driver-root=/driver-root
