@@ -19,7 +19,7 @@ BENCH_PKGS := ./internal/...
 
 
 # (workload-root is a file target's alias, see below)
-.PHONY: workload-root all bench bench-cluster bench-computedomain bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd crio demo doclinks e2e fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks policy-versions prereqs-build prereqs-cluster prereqs-lint shellcheck sim-fm-lib sim-nvml-lib test test-faults tracked-files unit verify-generate vet
+.PHONY: workload-root all bench bench-cluster bench-computedomain bench-docs bench-drasock bench-report bench-scale build busybox-static check-dockerfile clean cluster-down cluster-status cluster-up containerd crio demo doclinks e2e e2e-deps fake-driver-root fmt fuzz generate gpu-verify helm-lint help image images images-failpoints inspect k8s-binaries kubeconfig lint notebooks policy-versions prereqs-build prereqs-cluster prereqs-lint shellcheck sim-fm-lib sim-nvml-lib test test-faults tracked-files unit verify-generate vet
 
 all: build
 
@@ -79,9 +79,12 @@ FAILED_TESTS = $(GO) run ./test/cmd/gpudra-failed-tests
 e2e: $(E2E_DEPS) ## e2e suite on the local containerd cluster with the chart-installed driver (E2E_KEEP_CLUSTER=1 keeps it)
 	set -o pipefail; $(GO) test -tags e2e -race -count=1 -timeout 40m -v ./test/e2e/ 2>&1 | $(FAILED_TESTS)
 
-# The e2e suite's builds first, then the suite with the unit tests beside it at nice 10 (hack/test.sh says why).
-test: $(E2E_DEPS) ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster with the chart-installed driver
+# The e2e suite's builds with its test binary compiled beside them, then the suite with the unit tests
+# beside it at nice 10 (hack/test.sh says why).
+test: prereqs-build prereqs-cluster ## The README's test command: vet, unit tests (race detector), the e2e suite on the containerd cluster with the chart-installed driver
 	MAKE="$(MAKE)" GO="$(GO)" ./hack/test.sh
+
+e2e-deps: $(E2E_DEPS) ## What the e2e suite needs built (make test builds it first)
 
 # The chart's admission policies and RBAC on the oldest API servers gpudra supports (1.34, 1.35),
 # where the policies are the plugin's only confinement: each suite run has etcd and that kube-apiserver only.
