@@ -65,7 +65,7 @@ func (c *Cluster) preflight() error {
 			built = append(built, c.bin(b))
 		}
 	}
-	for _, f := range []string{c.cfg.Helm, c.cfg.SimNVMLLibrary} {
+	for _, f := range []string{c.cfg.Helm, c.cfg.SimNVMLLibrary, c.cfg.SimFMLibrary} {
 		if !fileExists(f) {
 			built = append(built, f)
 		}

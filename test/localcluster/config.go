@@ -48,9 +48,12 @@ type Config struct {
 	BinDir string `json:"binDir"`
 	// ImagesDir holds the OCI image tarballs (make images).
 	ImagesDir string `json:"imagesDir"`
-	// Helm is the helm binary; SimNVMLLibrary the simulated libnvidia-ml.
+	// Helm is the helm binary; SimNVMLLibrary the simulated libnvidia-ml;
+	// SimFMLibrary the simulated libnvfm, which the driver roots of nodes
+	// whose profile runs Fabric Manager hold.
 	Helm           string `json:"helm"`
 	SimNVMLLibrary string `json:"simNVMLLibrary"`
+	SimFMLibrary   string `json:"simFMLibrary"`
 	// Runc and CNIBinDir come from Debian's runc and containernetworking-plugins.
 	Runc      string `json:"runc"`
 	CNIBinDir string `json:"cniBinDir"`
@@ -101,6 +104,7 @@ func DefaultConfig(repoRoot string) Config {
 		ImagesDir:      filepath.Join(out, "images"),
 		Helm:           filepath.Join(out, "tools", "helm"),
 		SimNVMLLibrary: filepath.Join(out, "lib", "libnvidia-ml-sim.so"),
+		SimFMLibrary:   filepath.Join(out, "lib", "libnvfm-sim.so"),
 		Runc:           "/usr/sbin/runc",
 		CNIBinDir:      "/usr/lib/cni",
 		Conmon:         "/usr/bin/conmon",

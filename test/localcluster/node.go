@@ -45,7 +45,7 @@ func (c *Cluster) prepareNode(ctx context.Context, spec NodeSpec) error {
 		return fmt.Errorf("node %s: %w", spec.Name, err)
 	}
 	if err := fakedriver.Generate(fakedriver.Options{Dir: n.DriverRoot(), Profile: spec.Profile, Node: spec.Name,
-		NVMLLibrary: c.cfg.SimNVMLLibrary, ToolsDir: c.cfg.BinDir, Layout: layout.Fake}); err != nil {
+		NVMLLibrary: c.cfg.SimNVMLLibrary, FMLibrary: c.cfg.SimFMLibrary, ToolsDir: c.cfg.BinDir, Layout: layout.Fake}); err != nil {
 		return fmt.Errorf("node %s: %w", spec.Name, err)
 	}
 	if err := c.createMountNamespace(ctx, n); err != nil {
