@@ -82,8 +82,11 @@ func nodeClique(ctx context.Context, roots nvmllib.Roots) (string, error) {
 		return "", nil
 	}
 	clique, err := computedomain.NodeClique(node.GPUs)
-	if err != nil {
+	if errors.Is(err, computedomain.ErrFabricPending) {
 		return "", fmt.Errorf("NVLink clique of node GPUs under driver root %s: %w", roots.Driver, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("NVLink clique of node GPUs under driver root %s: %w; then restart the plugin", roots.Driver, err)
 	}
 	logger.Info("Discovered the node's NVLink clique", "cliqueID", clique, "gpus", len(node.GPUs))
 	return clique, nil
