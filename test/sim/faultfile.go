@@ -63,7 +63,7 @@ type FaultFile struct {
 
 // Fault is one parsed line of a fault file.
 type Fault struct {
-	GPU  string // device name or UUID as written
+	GPU string // device name or UUID as written
 	// "xid", "ecc", "lost", "reset-required", "unbound", "thermal", "fabric",
 	// "fabric-clique" or "fabric-health"
 	Kind string
