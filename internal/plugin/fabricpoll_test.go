@@ -22,7 +22,7 @@ import (
 	"github.com/gpudra/gpudra/test/fakedriver"
 )
 
-// rackClique is the simulated GB200 tray's cluster UUID (its profile);
+// rackCluster is the simulated GB200 tray's cluster UUID (its profile);
 // its GPUs are in clique 1.
 const rackCluster = "6f3b2a91-4c1e-4f7a-9d2b-8e5c0a1d7b44"
 
@@ -214,9 +214,9 @@ func TestFabricPoll(t *testing.T) {
 			require.Equal(t, settled, f.writes.Load(), "ResourceSlice writes while the fabric did not change")
 
 			f.fault(tc.change)
-			polled := f.fabrics("after the change", tc.after)
+			f.fabrics("after the change", tc.after)
 			time.Sleep(10 * interval) // at least 100 ms for the simulator's fault poll, several polls
-			polled = f.fabrics("after the change, settled", tc.after)
+			polled := f.fabrics("after the change, settled", tc.after)
 			changed := !equalFabrics(tc.before, tc.after)
 			if !changed {
 				require.Equal(t, settled, f.writes.Load(), "no attribute changed: nothing written")
