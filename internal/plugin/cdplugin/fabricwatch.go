@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -71,7 +70,8 @@ func (p *channelPublisher) set(ctx context.Context, res resourceslice.DriverReso
 type fabricWatch struct {
 	interval time.Duration
 	roots    nvmllib.Roots
-	lib      nvml.Interface
+	// release gives the NVML library back (openNVML).
+	release  func(context.Context)
 	reader   *gpudiscovery.FabricReader
 	gpus     []model.GPU
 	node     *computedomain.Node
@@ -92,12 +92,12 @@ func newFabricWatch(ctx context.Context, roots nvmllib.Roots, interval time.Dura
 	if interval <= 0 {
 		return nil
 	}
-	lib, err := nvmllib.New(roots.Driver)
+	lib, release, err := openNVML(roots.Driver)
 	if err != nil {
 		logger.V(2).Info("No NVML: the NVLink fabric is not watched", "err", err)
 		return nil
 	}
-	w := &fabricWatch{interval: interval, roots: roots, lib: lib, node: node, pub: pub, hs: hs, poolName: poolName, opts: opts}
+	w := &fabricWatch{interval: interval, roots: roots, release: release, node: node, pub: pub, hs: hs, poolName: poolName, opts: opts}
 	discovered, err := gpudiscovery.Discover(ctx, lib, gpudiscovery.Options{SysfsRoot: roots.Sys})
 	if err == nil {
 		for _, g := range discovered.GPUs {
@@ -114,11 +114,7 @@ func newFabricWatch(ctx context.Context, roots nvmllib.Roots, interval time.Dura
 	return w
 }
 
-func (w *fabricWatch) close(ctx context.Context) {
-	if ret := w.lib.Shutdown(); ret != nvml.SUCCESS {
-		klog.FromContext(ctx).Error(ret, "NVML shutdown failed")
-	}
-}
+func (w *fabricWatch) close(ctx context.Context) { w.release(ctx) }
 
 // run watches until ctx is done, then closes NVML.
 func (w *fabricWatch) run(ctx context.Context) {
