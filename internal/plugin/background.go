@@ -11,7 +11,7 @@ import (
 )
 
 // startBackground starts what runs beside the kubelet's calls: the GPU
-// telemetry sampler, the health monitor (and with it taint publishing,
+// telemetry sampler, the NVLink fabric poll, the health monitor (and with it taint publishing,
 // health events and claim status refreshes), the claim status writer and
 // the MPS daemon check.
 func (d *Driver) startBackground(ctx context.Context) {
@@ -19,6 +19,9 @@ func (d *Driver) startBackground(ctx context.Context) {
 		d.background.Go(func() { superviseMPS(ctx, d.manager, d.mpsCheckInterval) })
 	}
 	d.telemetry.run(ctx, &d.background)
+	if d.fabric != nil {
+		d.background.Go(func() { d.fabric.run(ctx) })
+	}
 	if d.status != nil {
 		if d.health != nil {
 			d.status.health = d.health.mon.Snapshot

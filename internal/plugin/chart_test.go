@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
@@ -79,4 +80,21 @@ func chartPluginOptions(t *testing.T, objs []chart.Object) map[string]*Options {
 func TestChartConsumableSharesConflict(t *testing.T) {
 	_, err := chart.RenderErr(t, "--set", "consumableShares=4,kubeletPlugin.consumableShares=memory")
 	require.ErrorContains(t, err, `consumableShares="4" and kubeletPlugin.consumableShares="memory" disagree`)
+}
+
+// TestChartFabricPollInterval: the chart's kubeletPlugin.fabricPollInterval
+// reaches the plugin's --fabric-poll-interval, 30s by default, "0s" off.
+func TestChartFabricPollInterval(t *testing.T) {
+	for set, want := range map[string]time.Duration{
+		"compatibility=":                       DefaultFabricPollInterval,
+		"kubeletPlugin.fabricPollInterval=2m":  2 * time.Minute,
+		"kubeletPlugin.fabricPollInterval=0s":  0,
+		"kubeletPlugin.fabricPollInterval=10s": 10 * time.Second,
+	} {
+		t.Run(set, func(t *testing.T) {
+			opts := chartPluginOptions(t, chart.Render(t, "--set", set))
+			require.Contains(t, opts, "")
+			require.Equal(t, want, opts[""].FabricPollInterval)
+		})
+	}
 }

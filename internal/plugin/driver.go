@@ -42,6 +42,8 @@ type Driver struct {
 	telemetry *telemetryService
 	// mpsCheckInterval: see superviseMPS (0: off).
 	mpsCheckInterval time.Duration
+	// fabric reads the GPUs' NVLink fabric again (fabricpoll.go); nil: off.
+	fabric *fabricPoller
 	// background counts the loops startBackground starts besides health
 	// (the telemetry sampler, the MPS check).
 	background sync.WaitGroup
@@ -211,7 +213,8 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		status: newClaimStatus(client, o, manager.Prepared(), pub, pm), mpsCheckInterval: o.MPSCheckInterval, telemetry: tel}
 	driver.events.recoverFailed(recovered.Failed)
 	driver.events.unavailableGPUs(o.NodeName, gpus.Node.Unavailable)
-	_ = pub.SetBase(ctx, resources)                       // no helper yet: only recorded
+	_ = pub.SetBase(ctx, resources) // no helper yet: only recorded
+	driver.fabric = newFabricPoller(o, gpus, pub)
 	fetcher := &claimFetcher{client: client, metrics: pm} // see claimfetch.go
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(o.DriverName),

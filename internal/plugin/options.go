@@ -74,6 +74,9 @@ type Options struct {
 	// MPSCheckInterval is how often the MPS daemons of prepared claims are
 	// checked (0: never; see superviseMPS).
 	MPSCheckInterval time.Duration
+	// FabricPollInterval is how often the NVLink fabric of fabric-capable
+	// GPUs is read again (0: never; fabricpoll.go).
+	FabricPollInterval time.Duration
 	// MPSDaemon: where MPS control daemons run (mpsdaemons.go).
 	MPSDaemon MPSDaemonOptions
 	Health    HealthOptions
@@ -142,6 +145,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.addMetricsFlags(fs)
 	o.addHealthFlags(fs)
 	o.addTelemetryFlags(fs)
+	o.addFabricFlags(fs)
 	fs.BoolVar(&o.CheckpointSync, "checkpoint-sync", false,
 		"fsync each completed claim's checkpoint record before its rename. Off, records are written without fsync: a crash of the plugin keeps them "+
 			"(the kernel has them), and a power loss, the one thing an fsync protects against, reboots the node, after which the records of the "+
@@ -198,6 +202,9 @@ func (o *Options) Validate() error {
 	mode, err := mig.ParseMode(o.MIG)
 	if err != nil {
 		return err
+	}
+	if o.FabricPollInterval < 0 {
+		return fmt.Errorf("--fabric-poll-interval=%s: must be 0 (read the fabric once) or above", o.FabricPollInterval)
 	}
 	if err := o.validateMetrics(); err != nil {
 		return err

@@ -178,24 +178,53 @@ func (s *Server) missingSymbol(name string) bool {
 	return false
 }
 
-// fabricOverride is a registration state set at runtime (SetFabric).
-type fabricOverride struct {
-	state  nvml.GpuFabricState
-	status nvml.Return
+// FabricOverride is what a GPU's fabric reports at runtime instead of its
+// profile's entry (SetFabricOverride); each field left nil keeps the
+// profile's. It is how the fault file's fabric, fabric-clique and
+// fabric-health lines act (faultfile.go).
+type FabricOverride struct {
+	// State and Status of the registration (Status is reported once State
+	// is completed).
+	State  *nvml.GpuFabricState
+	Status nvml.Return
+	// CliqueID the fabric manager assigned (reported once the registration
+	// completed), as after the fabric manager placed the GPU in another
+	// clique.
+	CliqueID *uint32
+	// Health lists the conditions of fabricHealthFields that hold (an empty
+	// non-nil list: none holds).
+	Health []string
 }
 
 // SetFabric replaces the state and status of a gpuFabric GPU's fabric
 // registration until ClearFabric; the cluster UUID, clique and health stay
-// the profile's. It is how the fault file's fabric lines act (faultfile.go).
+// the profile's.
 func (s *Server) SetFabric(gpuUUID string, state nvml.GpuFabricState, status nvml.Return) error {
-	return s.setFabric(gpuUUID, &fabricOverride{state: state, status: status})
+	return s.SetFabricOverride(gpuUUID, FabricOverride{State: &state, Status: status})
 }
 
-// ClearFabric undoes SetFabric: the GPU reports its profile's registration
-// again (one that was in progress completes).
+// SetFabricOverride replaces what a gpuFabric GPU's fabric reports (each
+// field set of o) until ClearFabric or the next override. Health conditions
+// must be of fabricHealthFields.
+func (s *Server) SetFabricOverride(gpuUUID string, o FabricOverride) error {
+	for _, h := range o.Health {
+		if _, ok := fabricHealthFields[h]; !ok {
+			return fmt.Errorf("fabric health %q is not one of %s", h, strings.Join(sortedKeys(fabricHealthFields), ", "))
+		}
+	}
+	if o.Health != nil {
+		o.Health = slices.Clone(o.Health)
+		slices.Sort(o.Health)
+		o.Health = slices.Compact(o.Health)
+	}
+	return s.setFabric(gpuUUID, &o)
+}
+
+// ClearFabric undoes SetFabric and SetFabricOverride: the GPU reports its
+// profile's registration again (one that was in progress completes).
 func (s *Server) ClearFabric(gpuUUID string) error { return s.setFabric(gpuUUID, nil) }
 
-func (s *Server) setFabric(gpuUUID string, o *fabricOverride) error {
+func (s *Server) setFabric(gpuUUID string, o *FabricOverride) error {
 	d, err := s.gpuByUUID(gpuUUID)
 	if err != nil {
 		return err
@@ -220,7 +249,15 @@ func (d *device) fabricInfo() nvml.GpuFabricInfo_v3 {
 	d.srv.faults.mu.Lock()
 	if o := d.srv.faults.gpus[d].fabric; o != nil {
 		g := *f
-		g.State, g.Status = o.state, o.status
+		if o.State != nil {
+			g.State, g.Status = *o.State, o.Status
+		}
+		if o.CliqueID != nil {
+			g.CliqueID = *o.CliqueID
+		}
+		if o.Health != nil {
+			g.Health = o.Health
+		}
 		f = &g
 	}
 	d.srv.faults.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,9 @@ import (
 //	gpu-1 thermal       # thermal throttling: hot, slow clocks (telemetry.go)
 //	gpu-0 fabric in-progress       # NVLink fabric registration not completed yet
 //	gpu-0 fabric completed TIMEOUT # registration completed with an error status
+//	gpu-0 fabric-clique 2          # the fabric manager placed the GPU in clique 2
+//	gpu-0 fabric-health degraded-bandwidth # health mask: bandwidth degraded (others FALSE)
+//	gpu-0 fabric-health none       # health mask: every condition FALSE
 //
 // A GPU is named gpu-<index> (its device name) or by UUID; '#' starts a
 // comment. A line that appears is injected once. When the last line naming a
@@ -39,22 +43,30 @@ import (
 // completed; optionally a status of fabricStatuses) while it is present,
 // replacing its profile's (Server.SetFabric); when the GPU's last fabric
 // line goes away its registration is the profile's again (ClearFabric), as
-// a registration in progress completes, without a GPU reset. They neither
-// cause nor hold off a reset.
+// a registration in progress completes, without a GPU reset. Likewise a
+// fabric-clique line replaces the clique ID the GPU reports once its
+// registration completed (the cluster UUID stays the profile's), and a
+// fabric-health line the conditions of its health mask that hold (any of
+// fabricHealthFields, or none), as a real GPU reports after the fabric
+// manager re-registered it in another clique or its NVLink bandwidth
+// dropped. The three kinds combine (the last line of each kind wins). They
+// neither cause nor hold off a reset.
 type FaultFile struct {
 	Path   string
 	server *Server
 	// active maps each applied line (normalized) to the GPU it names;
-	// fabric lines are in fabric instead, the applied state and status by
-	// GPU.
+	// fabric lines are in fabric instead, the applied override by GPU
+	// (fabricKey).
 	active map[string]string
 	fabric map[string]string
 }
 
 // Fault is one parsed line of a fault file.
 type Fault struct {
-	GPU  string // device name or UUID as written
-	Kind string // "xid", "ecc", "lost", "reset-required", "unbound", "thermal" or "fabric"
+	GPU string // device name or UUID as written
+	// "xid", "ecc", "lost", "reset-required", "unbound", "thermal", "fabric",
+	// "fabric-clique" or "fabric-health"
+	Kind string
 	XID  uint64
 	// MIG: the GPU and compute instance of a MIG-scoped XID; nil for a
 	// GPU-wide one.
@@ -62,6 +74,11 @@ type Fault struct {
 	// FabricState and FabricStatus of a fabric line (Kind "fabric"): a
 	// state of fabricStates and, optionally, a status of fabricStatuses.
 	FabricState, FabricStatus string
+	// FabricClique of a fabric-clique line.
+	FabricClique uint32
+	// FabricHealth of a fabric-health line: the conditions that hold,
+	// empty for "none".
+	FabricHealth []string
 }
 
 // XIDScope names the instances an XID is attributable to; CI is
@@ -81,8 +98,16 @@ func (f Fault) String() string {
 		}
 		return s
 	}
-	if f.Kind == "fabric" {
+	switch f.Kind {
+	case "fabric":
 		return strings.TrimSpace(f.GPU + " fabric " + f.FabricState + " " + f.FabricStatus)
+	case "fabric-clique":
+		return fmt.Sprintf("%s fabric-clique %d", f.GPU, f.FabricClique)
+	case "fabric-health":
+		if len(f.FabricHealth) == 0 {
+			return f.GPU + " fabric-health none"
+		}
+		return f.GPU + " fabric-health " + strings.Join(f.FabricHealth, " ")
 	}
 	return f.GPU + " " + f.Kind
 }
@@ -121,11 +146,21 @@ func ParseFaults(data string) ([]Fault, error) {
 			if err := parseFabric(&f, fields[2:]); err != nil {
 				return nil, fmt.Errorf("line %d: %w", n, err)
 			}
+		case len(fields) == 3 && fields[1] == "fabric-clique":
+			c, err := strconv.ParseUint(fields[2], 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %q is not an unsigned 32-bit clique ID", n, fields[2])
+			}
+			f.Kind, f.FabricClique = "fabric-clique", uint32(c)
+		case len(fields) >= 3 && fields[1] == "fabric-health":
+			if err := parseFabricHealth(&f, fields[2:]); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
 		case len(fields) == 2 && (fields[1] == "ecc" || fields[1] == "lost" || fields[1] == "thermal" ||
 			fields[1] == "reset-required" || fields[1] == "unbound"):
 			f.Kind = fields[1]
 		default:
-			return nil, fmt.Errorf("line %d: %q: want '<gpu> xid <n> [gi <id> [ci <id>]]', '<gpu> ecc', '<gpu> lost|reset-required|unbound', '<gpu> thermal' or '<gpu> fabric <state> [<status>]'", n, strings.TrimSpace(line))
+			return nil, fmt.Errorf("line %d: %q: want '<gpu> xid <n> [gi <id> [ci <id>]]', '<gpu> ecc', '<gpu> lost|reset-required|unbound', '<gpu> thermal', '<gpu> fabric <state> [<status>]', '<gpu> fabric-clique <id>' or '<gpu> fabric-health none|<condition>...'", n, strings.TrimSpace(line))
 		}
 		out = append(out, f)
 	}
@@ -144,6 +179,24 @@ func parseFabric(f *Fault, fields []string) error {
 		}
 		f.FabricStatus = fields[1]
 	}
+	return nil
+}
+
+// parseFabricHealth reads "none" or the conditions of a fabric-health line.
+func parseFabricHealth(f *Fault, fields []string) error {
+	f.Kind, f.FabricHealth = "fabric-health", []string{}
+	if len(fields) == 1 && fields[0] == "none" {
+		return nil
+	}
+	for _, h := range fields {
+		if _, ok := fabricHealthFields[h]; !ok {
+			return fmt.Errorf("fabric health %q is not none or one of %s", h, strings.Join(sortedKeys(fabricHealthFields), ", "))
+		}
+		if !slices.Contains(f.FabricHealth, h) {
+			f.FabricHealth = append(f.FabricHealth, h)
+		}
+	}
+	slices.Sort(f.FabricHealth)
 	return nil
 }
 
@@ -199,14 +252,14 @@ func (ff *FaultFile) Sync() error {
 	}
 	want := map[string]string{}
 	named := map[string]bool{}
-	fabric := map[string]Fault{} // the last fabric line of each GPU
+	fabric := map[string]*FabricOverride{} // each GPU's fabric lines, the last of each kind
 	for _, f := range faults {
 		id, err := ff.server.resolve(f.GPU)
 		if err != nil {
 			return fmt.Errorf("fault file %s: %w", ff.Path, err)
 		}
-		if f.Kind == "fabric" {
-			fabric[id] = f
+		if strings.HasPrefix(f.Kind, "fabric") {
+			fabric[id] = withFabricLine(fabric[id], f)
 			continue
 		}
 		key := id + " " + strings.TrimPrefix(f.String(), f.GPU+" ")
@@ -249,22 +302,55 @@ func (ff *FaultFile) Sync() error {
 	return ff.syncFabric(fabric)
 }
 
-// syncFabric applies each GPU's last fabric line (want) that is not
-// applied yet and clears the state of the GPUs no fabric line names any
-// more.
-func (ff *FaultFile) syncFabric(want map[string]Fault) error {
-	for id, f := range want {
-		if ff.fabric[id] == f.FabricState+" "+f.FabricStatus {
+// withFabricLine adds a fabric, fabric-clique or fabric-health line to a
+// GPU's override (nil: none yet).
+func withFabricLine(o *FabricOverride, f Fault) *FabricOverride {
+	if o == nil {
+		o = &FabricOverride{}
+	}
+	switch f.Kind {
+	case "fabric":
+		st := fabricStates[f.FabricState]
+		o.State, o.Status = &st, nvml.SUCCESS
+		if f.FabricStatus != "" {
+			o.Status = fabricStatuses[f.FabricStatus]
+		}
+	case "fabric-clique":
+		c := f.FabricClique
+		o.CliqueID = &c
+	case "fabric-health":
+		o.Health = slices.Clone(f.FabricHealth)
+	}
+	return o
+}
+
+// fabricKey identifies an override, to apply each one once.
+func fabricKey(o *FabricOverride) string {
+	var b strings.Builder
+	if o.State != nil {
+		fmt.Fprintf(&b, "state %d %d;", *o.State, o.Status)
+	}
+	if o.CliqueID != nil {
+		fmt.Fprintf(&b, "clique %d;", *o.CliqueID)
+	}
+	if o.Health != nil {
+		fmt.Fprintf(&b, "health %s;", strings.Join(o.Health, ","))
+	}
+	return b.String()
+}
+
+// syncFabric applies each GPU's fabric lines (want) that are not applied
+// yet and clears the fabric of the GPUs no fabric line names any more.
+func (ff *FaultFile) syncFabric(want map[string]*FabricOverride) error {
+	for id, o := range want {
+		key := fabricKey(o)
+		if ff.fabric[id] == key {
 			continue
 		}
-		status := nvml.SUCCESS
-		if f.FabricStatus != "" {
-			status = fabricStatuses[f.FabricStatus]
-		}
-		if err := ff.server.SetFabric(id, fabricStates[f.FabricState], status); err != nil {
+		if err := ff.server.SetFabricOverride(id, *o); err != nil {
 			return fmt.Errorf("fault file %s: %w", ff.Path, err)
 		}
-		ff.fabric[id] = f.FabricState + " " + f.FabricStatus
+		ff.fabric[id] = key
 	}
 	for id := range ff.fabric {
 		if _, still := want[id]; still {

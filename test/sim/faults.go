@@ -62,9 +62,9 @@ type gpuFaults struct {
 	registrations map[*eventSet]uint64
 	// thermal: the GPU throttles for heat (telemetry.go).
 	thermal bool
-	// fabric, when set, replaces the state and status of the GPU's NVLink
-	// fabric registration (fabric.go, SetFabric); Reset leaves it alone.
-	fabric *fabricOverride
+	// fabric, when set, replaces what the GPU's NVLink fabric reports
+	// (fabric.go, SetFabricOverride); Reset leaves it alone.
+	fabric *FabricOverride
 }
 
 // eventSet is a simulated nvmlEventSet.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -65,28 +66,75 @@ func waitClique(ctx context.Context, roots nvmllib.Roots, interval time.Duration
 // computedomain.ErrFabricPending, one whose registration failed an error.
 func nodeClique(ctx context.Context, roots nvmllib.Roots) (string, error) {
 	logger := klog.FromContext(ctx)
-	lib, err := nvmllib.New(roots.Driver)
+	lib, release, err := openNVML(roots.Driver)
 	if err != nil {
 		logger.Error(err, "NVML is unavailable: publishing IMEX channels without a cliqueID (no multi-node NVLink domain can include this node)",
 			"driverRoot", roots.Driver)
 		return "", nil
 	}
-	defer func() {
-		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
-			logger.Error(ret, "NVML shutdown failed")
-		}
-	}()
+	defer release(ctx)
 	node, err := gpudiscovery.Discover(ctx, lib, gpudiscovery.Options{SysfsRoot: roots.Sys})
 	if err != nil {
 		logger.Error(err, "GPU discovery failed: publishing IMEX channels without a cliqueID")
 		return "", nil
 	}
 	clique, err := computedomain.NodeClique(node.GPUs)
-	if err != nil {
+	if errors.Is(err, computedomain.ErrFabricPending) {
 		return "", fmt.Errorf("NVLink clique of node GPUs under driver root %s: %w", roots.Driver, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("NVLink clique of node GPUs under driver root %s: %w; then restart the plugin", roots.Driver, err)
 	}
 	logger.Info("Discovered the node's NVLink clique", "cliqueID", clique, "gpus", len(node.GPUs))
 	return clique, nil
+}
+
+// sharedNVML is the NVML library the plugin instances of this process
+// have opened, per driver root: the start's clique reads and the fabric
+// watch share one. go-nvml keeps process-wide state that each library's
+// first Init and last Shutdown rewrite, so two libraries opened and closed
+// concurrently (two instances of a rolling update in one test process)
+// race; one library, opened once and shut down by its last user, does not.
+var sharedNVML = struct {
+	sync.Mutex
+	libs map[string]*openedNVML
+}{libs: map[string]*openedNVML{}}
+
+type openedNVML struct {
+	lib  nvml.Interface
+	refs int
+}
+
+// openNVML returns the process's NVML library under driverRoot, opening
+// it when no one holds it; release gives it back (the last release shuts
+// it down).
+func openNVML(driverRoot string) (nvml.Interface, func(context.Context), error) {
+	sharedNVML.Lock()
+	defer sharedNVML.Unlock()
+	o := sharedNVML.libs[driverRoot]
+	if o == nil {
+		lib, err := nvmllib.New(driverRoot)
+		if err != nil {
+			return nil, nil, err
+		}
+		o = &openedNVML{lib: lib}
+		sharedNVML.libs[driverRoot] = o
+	}
+	o.refs++
+	var once sync.Once
+	return o.lib, func(ctx context.Context) {
+		once.Do(func() {
+			sharedNVML.Lock()
+			defer sharedNVML.Unlock()
+			if o.refs--; o.refs > 0 {
+				return
+			}
+			delete(sharedNVML.libs, driverRoot)
+			if ret := o.lib.Shutdown(); ret != nvml.SUCCESS {
+				klog.FromContext(ctx).Error(ret, "NVML shutdown failed")
+			}
+		})
+	}, nil
 }
 
 // fabricMgmt reads the driver's fabric-imex-mgmt capability of a node in a

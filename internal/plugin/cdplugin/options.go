@@ -90,7 +90,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Serve /healthz and /readyz on this address (e.g. :8081); empty: off.")
 	fs.DurationVar(&o.FabricRetryInterval, "fabric-retry-interval", DefaultFabricRetryInterval,
 		"While the NVLink fabric registration of a GPU has not completed (Fabric Manager still training the NVLinks), "+
-			"publish nothing and read NVML again at this interval; /readyz reports the wait.")
+			"publish nothing and read NVML again at this interval; /readyz reports the wait. Once running, the fabric of GPUs that have one "+
+			"is read again at this interval: a registration that starts over or fails withdraws the IMEX channels (/readyz says why) "+
+			"until it completes, and a clique change publishes them in the new clique.")
 }
 
 // Validate checks the flags and resolves the names.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -76,17 +77,21 @@ func (d *driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceH
 type Plugin struct {
 	Helper *kubeletplugin.Helper
 	Node   *computedomain.Node
-	// CliqueID is the clique published (empty: none).
+	// CliqueID is the clique published at start (empty: none); the fabric
+	// watch may publish another one later (Node.CliqueID).
 	CliqueID string
 	health   *healthServer
 	lock     *publishlock.Lock
 	stop     func()
+	// stopWatch ends the fabric watch and waits for it.
+	stopWatch func()
 }
 
 // Stop stops serving and the informers, then hands publishing over to
 // another instance of the node (if one waits). Prepared claims stay
 // prepared (recorded) for the next instance.
 func (p *Plugin) Stop() {
+	p.stopWatch()        // it publishes through the helper
 	p.lock.StopWaiting() // no takeover through a stopping helper
 	p.Helper.Stop()      // its ResourceSlice controller writes nothing more
 	p.lock.Stop()
@@ -197,8 +202,8 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 	if err != nil {
 		return nil, err
 	}
-	resources, err := computedomain.Resources(o.NodeName, computedomain.DeviceOptions{Channels: o.Channels, CliqueID: clique,
-		MaxDevicesPerSlice: o.MaxDevicesPerSlice})
+	deviceOpts := computedomain.DeviceOptions{Channels: o.Channels, CliqueID: clique, MaxDevicesPerSlice: o.MaxDevicesPerSlice}
+	resources, err := computedomain.Resources(o.NodeName, deviceOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -251,21 +256,34 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 	// One publisher per node and driver: during a rolling update the old
 	// pod keeps publishing until it exits; this one serves the kubelet
 	// meanwhile and publishes once it holds the lock.
+	pub := &channelPublisher{helper: helper, res: resources}
 	lock, err := publishlock.Start(ctx, publishlock.Config{Dir: dataDir, PodUID: o.PodUID,
 		Lead: func(ctx context.Context) error {
-			if err := helper.PublishResources(ctx, resources); err != nil {
+			if err := pub.lead(ctx); err != nil {
 				return fmt.Errorf("publish the IMEX channel devices: %w", err)
 			}
 			return nil
-		}})
+		},
+		Resign: pub.resign})
 	if err != nil {
 		helper.Stop()
 		return nil, err
 	}
 	hs.setHelper(helper)
+	// After start, the fabric is read again: a registration that starts
+	// over withdraws the channels, a new clique republishes them.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	if w := newFabricWatch(ctx, roots, o.FabricRetryInterval, node, pub, hs, o.NodeName, deviceOpts); w != nil {
+		watching.Go(func() { w.run(watchCtx) })
+	}
+	stopWatching := func() {
+		stopWatch()
+		watching.Wait()
+	}
 	logger.Info("compute-domain kubelet plugin running", "node", o.NodeName, "driver", names.Driver, "cliqueID", clique,
 		"channels", o.Channels, "restoredClaims", len(restored), "computeDomainVersions", len(gvrs), "dataDir", dataDir)
-	return &Plugin{Helper: helper, Node: node, CliqueID: clique, health: hs, lock: lock, stop: stop}, nil
+	return &Plugin{Helper: helper, Node: node, CliqueID: clique, health: hs, lock: lock, stop: stop, stopWatch: stopWatching}, nil
 }
 
 // restoreRecords converts a previous version's checkpoint.json at

@@ -17,12 +17,16 @@ import (
 // kubelet confirmed the registration, as the GPU plugin's readyz checks).
 // It is served from the start of the plugin: while the plugin waits for
 // the NVLink fabric registration (waitClique) /readyz says so, and until
-// the kubelet plugin is started (setHelper) that it is not yet.
+// the kubelet plugin is started (setHelper) that it is not yet; once
+// running, while the fabric watch withdrew the channels
+// (setFabricProblem), why.
 type healthServer struct {
 	srv     *http.Server
 	Addr    net.Addr
 	waiting atomic.Pointer[string]
-	helper  atomic.Pointer[kubeletplugin.Helper]
+	// fabric is why the running plugin withdrew its channels (fabricWatch).
+	fabric atomic.Pointer[string]
+	helper atomic.Pointer[kubeletplugin.Helper]
 }
 
 // serveHealth serves on l when it is not nil (tests), else on addr; with
@@ -43,6 +47,10 @@ func serveHealth(ctx context.Context, addr string, l net.Listener) (*healthServe
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if msg := hs.waiting.Load(); msg != nil {
 			http.Error(w, "nvlink-fabric: not publishing IMEX channels until the registration completes: "+*msg, http.StatusInternalServerError)
+			return
+		}
+		if msg := hs.fabric.Load(); msg != nil {
+			http.Error(w, "nvlink-fabric: "+*msg, http.StatusInternalServerError)
 			return
 		}
 		helper := hs.helper.Load()
@@ -79,6 +87,19 @@ func (h *healthServer) setWaiting(msg string) {
 		return
 	}
 	h.waiting.Store(&msg)
+}
+
+// setFabricProblem sets why the running plugin publishes no channels
+// (empty: it publishes them).
+func (h *healthServer) setFabricProblem(msg string) {
+	if h == nil {
+		return
+	}
+	if msg == "" {
+		h.fabric.Store(nil)
+		return
+	}
+	h.fabric.Store(&msg)
 }
 
 // setHelper hands /readyz the started kubelet plugin.

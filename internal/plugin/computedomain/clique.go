@@ -41,7 +41,7 @@ func NodeClique(gpus []model.GPU) (string, error) {
 	case len(failed) > 0:
 		return "", fmt.Errorf("NVLink fabric registration failed (%s): no clique can be published for this node; "+
 			"check the NVIDIA Fabric Manager (the nvidia-fabricmanager service and its log) and the node's NVLink connections "+
-			"(nvidia-smi -q, section Fabric), then restart the plugin", strings.Join(failed, "; "))
+			"(nvidia-smi -q, section Fabric)", strings.Join(failed, "; "))
 	case len(pending) > 0:
 		return "", fmt.Errorf("%w (%s)", ErrFabricPending, strings.Join(pending, "; "))
 	}

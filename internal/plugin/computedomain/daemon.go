@@ -51,10 +51,10 @@ func (n *Node) prepareDaemon(ctx context.Context, claim *resourceapi.ResourceCla
 	if len(devices) != 1 {
 		return nil, fmt.Errorf("claim %s/%s has %d daemon devices: a daemon claim gets exactly one", claim.Namespace, claim.Name, len(devices))
 	}
-	if n.cfg.CliqueID != "" && n.cfg.FabricMgmt == nil {
+	if clique, mgmt := n.cliqueAndMgmt(); clique != "" && mgmt == nil {
 		return nil, fmt.Errorf("claim %s/%s: this node's GPUs are in NVLink clique %s, but the driver offers no IMEX fabric "+
 			"management capability (/proc/%s), which nvidia-imex needs: check the driver's IMEX support", claim.Namespace, claim.Name,
-			n.cfg.CliqueID, fabricMgmtCap)
+			clique, fabricMgmtCap)
 	}
 	uid := devices[0].config.DomainID
 	cd, err := n.domain(ctx, uid)
@@ -71,8 +71,8 @@ func (n *Node) prepareDaemon(ctx context.Context, claim *resourceapi.ResourceCla
 
 func (n *Node) daemonEdits(uid string) *cdispec.ContainerEdits {
 	var nodes []*cdispec.DeviceNode
-	if n.cfg.FabricMgmt != nil {
-		node := *n.cfg.FabricMgmt
+	if _, mgmt := n.cliqueAndMgmt(); mgmt != nil {
+		node := *mgmt
 		nodes = append(nodes, &node)
 	}
 	return &cdispec.ContainerEdits{
@@ -124,7 +124,7 @@ func (n *Node) SyncNodes(ctx context.Context, cd *v1alpha1.ComputeDomain) (bool,
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("read the node list of ComputeDomain %s/%s: %w", cd.Namespace, cd.Name, err)
 	}
-	if err == nil && bytes.Equal(old, NodesList(cd, n.cfg.CliqueID)) {
+	if err == nil && bytes.Equal(old, NodesList(cd, n.CliqueID())) {
 		return false, nil
 	}
 	return true, n.writeNodes(ctx, cd)
@@ -138,7 +138,7 @@ func (n *Node) writeNodes(ctx context.Context, cd *v1alpha1.ComputeDomain) error
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create the directory of ComputeDomain %s/%s's node list: %w", cd.Namespace, cd.Name, err)
 	}
-	data := NodesList(cd, n.cfg.CliqueID)
+	data := NodesList(cd, n.CliqueID())
 	if err := atomicfile.WriteFile(filepath.Join(dir, NodesConfigFile), data, 0o644); err != nil {
 		return fmt.Errorf("write the node list of ComputeDomain %s/%s into %s: %w", cd.Namespace, cd.Name, dir, err)
 	}

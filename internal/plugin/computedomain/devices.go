@@ -100,3 +100,12 @@ func Resources(poolName string, opts DeviceOptions) (resourceslice.DriverResourc
 	}
 	return slice.Pack(poolName, devices, slice.Options{MaxDevicesPerSlice: opts.MaxDevicesPerSlice}), nil
 }
+
+// DaemonResources is the node's pool with the daemon device alone: what
+// the node publishes while its NVLink fabric is not usable (the channel
+// plugin's fabric watch), so that no new claim gets a channel here while
+// the domains' status keeps the node's clique.
+func DaemonResources(poolName string, opts DeviceOptions) resourceslice.DriverResources {
+	daemon := device(DaemonDeviceName, TypeDaemon, 0, opts.CliqueID)
+	return slice.Pack(poolName, []resourceapi.Device{daemon}, slice.Options{MaxDevicesPerSlice: opts.MaxDevicesPerSlice})
+}

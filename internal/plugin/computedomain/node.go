@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -104,6 +105,33 @@ type PreparedClaim struct {
 // change of a domain's label or node list with the claims that hold it.
 type Node struct {
 	cfg Config
+	// clique guards cfg.CliqueID and cfg.FabricMgmt, which SetClique
+	// changes while claims are prepared.
+	clique sync.RWMutex
+}
+
+// SetClique replaces the node's NVLink clique and the fabric management
+// capability its daemons get (the channel plugin's fabric watch, after the
+// fabric manager placed the GPUs in another clique). Claims prepared from
+// now on see the new clique: a channel claim of a domain whose other nodes
+// are in the old one is refused (ErrCliqueConflict), a daemon's node list
+// names the domain's nodes of the new clique when it is written next.
+func (n *Node) SetClique(cliqueID string, fabricMgmt *cdispec.DeviceNode) {
+	n.clique.Lock()
+	defer n.clique.Unlock()
+	n.cfg.CliqueID, n.cfg.FabricMgmt = cliqueID, fabricMgmt
+}
+
+// CliqueID is the node's NVLink clique (empty: none).
+func (n *Node) CliqueID() string {
+	id, _ := n.cliqueAndMgmt()
+	return id
+}
+
+func (n *Node) cliqueAndMgmt() (string, *cdispec.DeviceNode) {
+	n.clique.RLock()
+	defer n.clique.RUnlock()
+	return n.cfg.CliqueID, n.cfg.FabricMgmt
 }
 
 // NewNode checks cfg and returns a Node whose claims are cfg.Store's.
@@ -274,8 +302,9 @@ func (n *Node) waitReady(ctx context.Context, cd *v1alpha1.ComputeDomain) error 
 // node without a clique counts as a clique of its own).
 func (n *Node) cliqueConflict(cd *v1alpha1.ComputeDomain) error {
 	var others []string
+	clique := n.CliqueID()
 	for _, node := range cd.Status.Nodes {
-		if node.Name != n.cfg.NodeName && node.CliqueID != n.cfg.CliqueID {
+		if node.Name != n.cfg.NodeName && node.CliqueID != clique {
 			others = append(others, fmt.Sprintf("%s (clique %q)", node.Name, node.CliqueID))
 		}
 	}
@@ -285,7 +314,7 @@ func (n *Node) cliqueConflict(cd *v1alpha1.ComputeDomain) error {
 	return fmt.Errorf("ComputeDomain %s/%s: %w: node %s is in clique %q, the domain has %s; NVLink does not connect them, "+
 		"so one domain's pods must run on nodes of one clique: constrain the workload's pods (e.g. node affinity or a "+
 		"topology spread on the nodes' clique) and delete this pod; its prepare is retried meanwhile",
-		cd.Namespace, cd.Name, ErrCliqueConflict, n.cfg.NodeName, n.cfg.CliqueID, strings.Join(others, ", "))
+		cd.Namespace, cd.Name, ErrCliqueConflict, n.cfg.NodeName, clique, strings.Join(others, ", "))
 }
 
 func (n *Node) nodeState(cd *v1alpha1.ComputeDomain) v1alpha1.ComputeDomainState {

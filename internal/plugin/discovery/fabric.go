@@ -92,6 +92,38 @@ func fabric(ctx context.Context, dev nvml.Device, uuid string, calls optionalCal
 	return nil, nil
 }
 
+// FabricReader reads the NVLink fabric of a running node's GPUs again,
+// by the code Discover reads it with (the same calls, the same model), so
+// that a fact read later is what a fresh discovery would have read.
+type FabricReader struct {
+	lib   nvml.Interface
+	calls optionalCalls
+}
+
+// NewFabricReader looks up the library's fabric calls once; lib must be
+// initialized.
+func NewFabricReader(lib nvml.Interface) *FabricReader {
+	return &FabricReader{lib: lib, calls: lookupOptionalCalls(lib)}
+}
+
+// Read returns the fabric of the GPU with the given UUID, as Discover
+// would (nil: none). An error means the GPU does not answer (lost, reset
+// required, no handle) or the library failed.
+func (r *FabricReader) Read(ctx context.Context, uuid string) (*model.Fabric, error) {
+	dev, ret := r.lib.DeviceGetHandleByUUID(uuid)
+	if ret != nvml.SUCCESS {
+		return nil, nvmlError("get handle by UUID", ret)
+	}
+	return fabric(ctx, dev, uuid, r.calls)
+}
+
+// FabricCapable reports whether a GPU's fabric, as discovered, can change
+// while the node runs: NVML answered a registration state other than
+// not-supported. Only such GPUs are worth reading again.
+func FabricCapable(f *model.Fabric) bool {
+	return f != nil && f.State != model.FabricNotSupported
+}
+
 // fabricInfoV2 makes the versioned call with a v2 struct.
 func fabricInfoV2(dev nvml.Device) (nvml.GpuFabricInfo_v2, nvml.Return) {
 	f, ok := dev.(FabricInfoV)

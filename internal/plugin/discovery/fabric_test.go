@@ -241,3 +241,60 @@ func discoverSimulated(t *testing.T, p *sim.Profile) *model.Node {
 	require.NotEmpty(t, node.GPUs)
 	return node
 }
+
+// TestFabricReader: a fabric read again on a running node (through the
+// simulator, whose fabric changes at runtime) is what a fresh discovery
+// reads for the same NVML answers; a GPU that does not answer is an error,
+// never a fabric.
+func TestFabricReader(t *testing.T) {
+	p, err := sim.Load("gb200-nvl72-tray", nil)
+	require.NoError(t, err)
+	srv := sim.NewServer(p, "node-a")
+	require.Equal(t, nvml.SUCCESS, srv.Init())
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	node, err := Discover(context.Background(), srv, Options{})
+	require.NoError(t, err)
+	id := node.GPUs[0].UUID
+	require.True(t, FabricCapable(node.GPUs[0].Fabric))
+	r := NewFabricReader(srv)
+	inProgress, completed := nvml.GpuFabricState(nvml.GPU_FABRIC_STATE_IN_PROGRESS), nvml.GpuFabricState(nvml.GPU_FABRIC_STATE_COMPLETED)
+	clique := uint32(5)
+	for _, tc := range []struct {
+		name     string
+		override *sim.FabricOverride
+		clique   string
+		degraded *bool
+	}{
+		{name: "profile", clique: rack + ".1", degraded: new(false)},
+		{name: "in progress", override: &sim.FabricOverride{State: &inProgress}, degraded: new(false)},
+		{name: "failed", override: &sim.FabricOverride{State: &completed, Status: nvml.ERROR_TIMEOUT}, degraded: new(false)},
+		{name: "clique", override: &sim.FabricOverride{CliqueID: &clique}, clique: rack + ".5", degraded: new(false)},
+		{name: "degraded", override: &sim.FabricOverride{Health: []string{"degraded-bandwidth"}}, clique: rack + ".1", degraded: new(true)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.override != nil {
+				require.NoError(t, srv.SetFabricOverride(id, *tc.override))
+			} else {
+				require.NoError(t, srv.ClearFabric(id))
+			}
+			got, err := r.Read(context.Background(), id)
+			require.NoError(t, err)
+			fresh, err := Discover(context.Background(), srv, Options{})
+			require.NoError(t, err)
+			assert.Equal(t, fresh.GPUs[0].Fabric, got, "as a fresh discovery")
+			assert.Equal(t, tc.clique, got.Clique())
+			d, ok := got.Health[model.FabricDegradedBandwidth]
+			assert.Equal(t, tc.degraded != nil, ok)
+			if tc.degraded != nil {
+				assert.Equal(t, *tc.degraded, d)
+			}
+		})
+	}
+	require.NoError(t, srv.SetLost(id, true))
+	_, err = r.Read(context.Background(), id)
+	require.ErrorIs(t, err, nvml.ERROR_GPU_IS_LOST)
+	_, err = r.Read(context.Background(), "GPU-none")
+	require.Error(t, err)
+	assert.False(t, FabricCapable(nil))
+	assert.False(t, FabricCapable(&model.Fabric{State: model.FabricNotSupported}))
+}

@@ -5,6 +5,7 @@ package slice
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -231,14 +232,7 @@ func gpuDevice(node *model.Node, gpu *model.GPU) (resourceapi.Device, error) {
 	if gpu.NVLinkDomain != "" {
 		attrs[AttrNVLinkDomain] = str(gpu.NVLinkDomain)
 	}
-	if c := gpu.Fabric.Clique(); c != "" {
-		attrs[AttrCliqueID] = str(c)
-	}
-	if gpu.Fabric != nil {
-		if degraded, ok := gpu.Fabric.Health[model.FabricDegradedBandwidth]; ok {
-			attrs[AttrFabricBandwidthDegraded] = resourceapi.DeviceAttribute{BoolValue: &degraded}
-		}
-	}
+	maps.Copy(attrs, FabricAttributes(gpu.Fabric))
 	if gpu.AddressingMode != "" {
 		attrs[AttrAddressingMode] = str(gpu.AddressingMode)
 	}
@@ -319,4 +313,22 @@ func str(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttrib
 func integer(i int) resourceapi.DeviceAttribute {
 	v := int64(i)
 	return resourceapi.DeviceAttribute{IntValue: &v}
+}
+
+// FabricAttributes are the attributes a GPU's NVLink fabric gives its
+// device: cliqueID once it is attached to a multi-node fabric,
+// fabricBandwidthDegraded where the driver reports the health mask. The
+// GPU plugin's fabric poll compares them to tell a change worth
+// republishing.
+func FabricAttributes(f *model.Fabric) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	if c := f.Clique(); c != "" {
+		attrs[AttrCliqueID] = str(c)
+	}
+	if f != nil {
+		if degraded, ok := f.Health[model.FabricDegradedBandwidth]; ok {
+			attrs[AttrFabricBandwidthDegraded] = resourceapi.DeviceAttribute{BoolValue: &degraded}
+		}
+	}
+	return attrs
 }

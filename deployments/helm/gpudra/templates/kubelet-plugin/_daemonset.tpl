@@ -112,6 +112,9 @@ spec:
         {{- with $p.health.taints }}
         - --health-taints={{ . }}
         {{- end }}
+        {{- if hasKey $p "fabricPollInterval" }}
+        - --fabric-poll-interval={{ $p.fabricPollInterval }}
+        {{- end }}
         - --telemetry-interval={{ $p.telemetry.interval }}
         - --telemetry-workload-labels={{ ne $p.telemetry.workloadLabels false }}
         {{- with include "gpudra.compatibility" $root }}
