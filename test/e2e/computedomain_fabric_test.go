@@ -36,12 +36,13 @@ const (
 // log, and a domain's pod pinned there stays Pending. Then the simulator
 // completes the registration (fault-file fabric lines): the plugin
 // publishes its channels with the clique, the pod runs and the domain's
-// status has the tray in that clique.
+// status has the tray in that clique. Then the fabric changes under the
+// running plugins (fabricChangesWhileRunning).
 func testComputeDomainFabric(t *testing.T) {
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := realCluster.InstallDriver(ctx, "computeDomains.enabled=true"); err != nil {
+	if err := realCluster.InstallDriver(ctx, "computeDomains.enabled=true", "kubeletPlugin.fabricPollInterval="+fabricPoll); err != nil {
 		t.Fatalf("install with computeDomains.enabled=true: %v", err)
 	}
 	names := compat.Default().ComputeDomain()
@@ -132,6 +133,7 @@ func testComputeDomainFabric(t *testing.T) {
 			t.Errorf("%s: device %s has cliqueID %v, want %s", cdPending, d.Name, c, rackClique3)
 		}
 	}
+	fabricChangesWhileRunning(t, ns, plugin.Namespace, plugin.Name)
 
 	mustKubectl(t, "-n", ns, "delete", "pods", "--all", "--wait=true", "--timeout=2m")
 	mustKubectl(t, "-n", ns, "delete", "computedomains.resource.gpudra.io", "--all", "--wait=true", "--timeout=2m")
