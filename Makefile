@@ -146,7 +146,7 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 lint: prereqs-lint tracked-files vet verify-generate $(GOLANGCI_LINT) helm-lint shellcheck doclinks ## Git tracks only source, go vet, generated code current, golangci-lint, helm lint, shellcheck, Markdown links
-	$(GOLANGCI_LINT) run --build-tags e2e,failpoints,faults $(PKGS)
+	$(GOLANGCI_LINT) run --allow-serial-runners --build-tags e2e,failpoints,faults $(PKGS)
 
 tracked-files: ## Fail on a tracked binary or a file over 300 KiB that hack/large-files.txt does not list with its reason
 	$(GO) run ./test/cmd/gpudra-tracked-files
