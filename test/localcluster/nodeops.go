@@ -306,8 +306,8 @@ func (c *Cluster) freeSlot() int {
 
 // RemoveNode takes a node out of the cluster for good: it stops its
 // processes and removes its mount namespace, cgroups and bridge, deletes the
-// Node object and the node's ResourceSlices, drops its node group (helm
-// upgrade) and removes its directory.
+// Node object, its Pods and the node's ResourceSlices, drops its node group
+// (helm upgrade) and removes its directory.
 func (c *Cluster) RemoveNode(ctx context.Context, node string) error {
 	if err := c.refresh(); err != nil {
 		return err
@@ -324,6 +324,21 @@ func (c *Cluster) RemoveNode(ctx context.Context, node string) error {
 	}
 	if err := cs.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete node %s: %w", node, err)
+	}
+	// The node's Pods would stay bound to it until the pod garbage
+	// collector's quarantine ends; a node added again under the name would
+	// find them (its kubelet adopts the old plugin Pod, whose DaemonSet is
+	// gone, and the new DaemonSet's Pod came 2 minutes late). Its processes
+	// are stopped, so nothing is left to terminate gracefully.
+	pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return fmt.Errorf("list the Pods of %s: %w", node, err)
+	}
+	now := int64(0)
+	for _, p := range pods.Items {
+		if err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &now}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete Pod %s/%s of %s: %w", p.Namespace, p.Name, node, err)
+		}
 	}
 	if err := cs.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{},
 		metav1.ListOptions{FieldSelector: "spec.nodeName=" + node + ",spec.driver=" + v1alpha1.DriverName}); err != nil {
