@@ -130,12 +130,17 @@ func cliqueOf(d resourceapi.Device) string {
 func waitGPUFabric(t *testing.T, what string, ok func(resourceapi.Device) bool) {
 	t.Helper()
 	waitDevicesOf(t, driver, what, func(devs []resourceapi.Device) bool {
+		gpus := 0
 		for _, d := range devs {
+			if typ := d.Attributes[slice.AttrType].StringValue; typ == nil || *typ != slice.DeviceTypeGPU {
+				continue // MIG devices carry no fabric attribute
+			}
 			if !ok(d) {
 				return false
 			}
+			gpus++
 		}
-		return len(devs) == 4
+		return gpus == 4
 	})
 }
 
@@ -164,7 +169,8 @@ func waitDevicesOf(t *testing.T, drv, what string, ok func([]resourceapi.Device)
 	if err != nil {
 		var got []string
 		for _, d := range devs {
-			got = append(got, fmt.Sprintf("%s%v", d.Name, d.Attributes))
+			deg := d.Attributes[slice.AttrFabricBandwidthDegraded].BoolValue
+			got = append(got, fmt.Sprintf("%s(clique %q, degraded %v)", d.Name, cliqueOf(d), deg != nil && *deg))
 		}
 		t.Fatalf("%s devices of %s on %s: want %s, got %v", drv, cdPending, cdPending, what, got)
 	}

@@ -152,8 +152,8 @@ func waitPartitionAttributes(t *testing.T) map[string]int {
 		for _, s := range list.Items {
 			for _, d := range s.Spec.Devices {
 				m := d.Attributes[slice.AttrGPUModuleID].IntValue
-				if m == nil {
-					continue
+				if typ := d.Attributes[slice.AttrType].StringValue; m == nil || typ == nil || *typ != slice.DeviceTypeGPU {
+					continue // MIG devices carry their GPU's module in the native mode, and no partition
 				}
 				for _, n := range []int{1, 2, 4, 8} {
 					if d.Attributes[slice.PartitionAttribute(n)].IntValue == nil {
