@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/internal/plugin/discovery"
@@ -70,16 +71,10 @@ func newFabricPoller(o *Options, gpus *GPUNode, pub *publisher) *fabricPoller {
 // run polls until ctx is done.
 func (fp *fabricPoller) run(ctx context.Context) {
 	klog.FromContext(ctx).V(2).Info("Reading the NVLink fabric of the node's GPUs periodically", "gpus", len(fp.polled), "interval", fp.interval)
-	t := time.NewTicker(fp.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	_ = wait.PollUntilContextCancel(ctx, fp.interval, false, func(ctx context.Context) (bool, error) {
 		fp.poll(ctx)
-	}
+		return false, nil
+	})
 }
 
 // poll reads the fabric of the polled GPUs once and publishes the devices

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/internal/plugin/mig"
@@ -54,16 +55,10 @@ func (o *Options) addSharingToolFlags(fs *pflag.FlagSet) {
 // superviseMPS checks the MPS daemons of prepared claims every interval
 // until ctx is done (Manager.CheckMPSDaemons; each claim under its lock).
 func superviseMPS(ctx context.Context, m *prepare.Manager, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.CheckMPSDaemons(ctx)
-		}
-	}
+	_ = wait.PollUntilContextCancel(ctx, interval, false, func(ctx context.Context) (bool, error) {
+		m.CheckMPSDaemons(ctx)
+		return false, nil
+	})
 }
 
 // validateSharing parses --consumable-shares into o.shares, with

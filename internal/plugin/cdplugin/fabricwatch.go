@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -121,16 +122,10 @@ func (w *fabricWatch) run(ctx context.Context) {
 	defer w.close(ctx)
 	klog.FromContext(ctx).V(2).Info("Watching the NVLink fabric of the node's GPUs", "gpus", len(w.gpus), "interval", w.interval,
 		"cliqueID", w.opts.CliqueID)
-	t := time.NewTicker(w.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	_ = wait.PollUntilContextCancel(ctx, w.interval, false, func(ctx context.Context) (bool, error) {
 		w.poll(ctx)
-	}
+		return false, nil
+	})
 }
 
 // poll reads the fabric once and acts on a change (see fabricWatch).
