@@ -27,6 +27,8 @@ var renameAllowed = map[string]struct {
 		"not a file this code writes, and it is a build cache, not persistent state"},
 	"test/nvmlsim/build.go": {1, "publishes the simulated library that `go build -o` wrote under a per-process name, " +
 		"for tests that start the fake tools; a build cache, not persistent state"},
+	"test/fakedriver/fmroot.go": {1, "publishes the simulated libnvfm that `go build -o` wrote under a per-process name, " +
+		"for the tests that share one Fabric Manager root; a build cache, not persistent state"},
 }
 
 // TestNoRenameOutsideWriter fails when a non-test .go file of the module
