@@ -50,20 +50,9 @@ func FindLibrary(driverRoot string) (string, error) {
 		return "", fmt.Errorf("%w: driver root %q is not a directory; set --nvidia-driver-root to where the NVIDIA driver is installed; %s",
 			ErrLibraryNotFound, driverRoot, noGPUHint)
 	}
-	var problems []string
-	for _, dir := range LibrarySearchDirs {
-		inRoot, err := resolveInRoot(root, path.Join(dir, LibraryName))
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-			continue
-		}
-		if err != nil {
-			problems = append(problems, err.Error())
-			continue
-		}
-		hostPath := filepath.Join(root, inRoot)
-		if fi, err := os.Stat(hostPath); err == nil && fi.Mode().IsRegular() {
-			return hostPath, nil
-		}
+	hostPath, problems := searchInRoot(root, LibraryName)
+	if hostPath != "" {
+		return hostPath, nil
 	}
 	msg := fmt.Sprintf("%s not found in %s under driver root %q", LibraryName, strings.Join(LibrarySearchDirs, ", "), driverRoot)
 	if len(problems) > 0 {
@@ -131,17 +120,32 @@ func FindInRoot(driverRoot string, names ...string) (string, error) {
 		return "", fmt.Errorf("driver root %q: %w", driverRoot, err)
 	}
 	for _, name := range names {
-		for _, dir := range LibrarySearchDirs {
-			inRoot, err := resolveInRoot(root, path.Join(dir, name))
-			if err != nil {
-				continue
-			}
-			hostPath := filepath.Join(root, inRoot)
-			if fi, err := os.Stat(hostPath); err == nil && fi.Mode().IsRegular() {
-				return hostPath, nil
-			}
+		if hostPath, _ := searchInRoot(root, name); hostPath != "" {
+			return hostPath, nil
 		}
 	}
 	return "", fmt.Errorf("%w: %s in none of %s under driver root %q", fs.ErrNotExist, strings.Join(names, " or "),
 		strings.Join(LibrarySearchDirs, ", "), driverRoot)
+}
+
+// searchInRoot looks for name in each of LibrarySearchDirs under root (an
+// absolute host path), resolving symbolic links inside root, and returns
+// the host path of the first regular file found ("" when none), with what
+// went wrong resolving a directory other than its absence.
+func searchInRoot(root, name string) (hostPath string, problems []string) {
+	for _, dir := range LibrarySearchDirs {
+		inRoot, err := resolveInRoot(root, path.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			continue
+		}
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		hostPath := filepath.Join(root, inRoot)
+		if fi, err := os.Stat(hostPath); err == nil && fi.Mode().IsRegular() {
+			return hostPath, nil
+		}
+	}
+	return "", problems
 }
