@@ -18,6 +18,7 @@ import (
 	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/internal/plugin/computedomain"
 	gpudiscovery "github.com/gpudra/gpudra/internal/plugin/discovery"
+	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/nvmllib"
 	"github.com/gpudra/gpudra/internal/shared/compat"
 )
@@ -27,19 +28,20 @@ import (
 // completed: a clique read then would be wrong (none), and one read later
 // is final. Meanwhile the health server reports the plugin not ready with
 // the GPUs that are waited for, and each change of them is logged. It
-// returns when the clique is known, on any other error, or when ctx is done.
-func waitClique(ctx context.Context, roots nvmllib.Roots, interval time.Duration, hs *healthServer) (string, error) {
+// returns when the clique is known, on any other error, or when ctx is done,
+// with the GPUs discovered last (for the fabric watch).
+func waitClique(ctx context.Context, roots nvmllib.Roots, interval time.Duration, hs *healthServer) (string, []model.GPU, error) {
 	logger := klog.FromContext(ctx)
 	last := ""
 	start := time.Now()
 	for {
-		clique, err := nodeClique(ctx, roots)
+		clique, gpus, err := nodeClique(ctx, roots)
 		if !errors.Is(err, computedomain.ErrFabricPending) {
 			if last != "" {
 				hs.setWaiting("")
 				logger.Info("NVLink fabric registration completed", "waited", time.Since(start).Round(time.Millisecond))
 			}
-			return clique, err
+			return clique, gpus, err
 		}
 		if msg := err.Error(); msg != last {
 			logger.Info("Waiting for the NVLink fabric registration of the node's GPUs before publishing any IMEX channel: "+
@@ -52,7 +54,7 @@ func waitClique(ctx context.Context, roots nvmllib.Roots, interval time.Duration
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return "", fmt.Errorf("stopped while waiting for the NVLink fabric registration (%s): %w", last, context.Cause(ctx))
+			return "", nil, fmt.Errorf("stopped while waiting for the NVLink fabric registration (%s): %w", last, context.Cause(ctx))
 		case <-t.C:
 		}
 	}
@@ -64,29 +66,30 @@ func waitClique(ctx context.Context, roots nvmllib.Roots, interval time.Duration
 // a ComputeDomain then spans this node alone, and that is logged. A GPU
 // whose fabric registration has not completed yields an error wrapping
 // computedomain.ErrFabricPending, one whose registration failed an error.
-func nodeClique(ctx context.Context, roots nvmllib.Roots) (string, error) {
+// It also returns the GPUs it discovered (none without NVML).
+func nodeClique(ctx context.Context, roots nvmllib.Roots) (string, []model.GPU, error) {
 	logger := klog.FromContext(ctx)
 	lib, release, err := openNVML(roots.Driver)
 	if err != nil {
 		logger.Error(err, "NVML is unavailable: publishing IMEX channels without a cliqueID (no multi-node NVLink domain can include this node)",
 			"driverRoot", roots.Driver)
-		return "", nil
+		return "", nil, nil
 	}
 	defer release(ctx)
 	node, err := gpudiscovery.Discover(ctx, lib, gpudiscovery.Options{SysfsRoot: roots.Sys})
 	if err != nil {
 		logger.Error(err, "GPU discovery failed: publishing IMEX channels without a cliqueID")
-		return "", nil
+		return "", nil, nil
 	}
 	clique, err := computedomain.NodeClique(node.GPUs)
 	if errors.Is(err, computedomain.ErrFabricPending) {
-		return "", fmt.Errorf("NVLink clique of node GPUs under driver root %s: %w", roots.Driver, err)
+		return "", node.GPUs, fmt.Errorf("NVLink clique of node GPUs under driver root %s: %w", roots.Driver, err)
 	}
 	if err != nil {
-		return "", fmt.Errorf("NVLink clique of node GPUs under driver root %s: %w; then restart the plugin", roots.Driver, err)
+		return "", node.GPUs, fmt.Errorf("NVLink clique of node GPUs under driver root %s: %w; then restart the plugin", roots.Driver, err)
 	}
 	logger.Info("Discovered the node's NVLink clique", "cliqueID", clique, "gpus", len(node.GPUs))
-	return clique, nil
+	return clique, node.GPUs, nil
 }
 
 // sharedNVML is the NVML library the plugin instances of this process

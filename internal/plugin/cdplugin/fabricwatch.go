@@ -84,13 +84,23 @@ type fabricWatch struct {
 	problem string
 }
 
-// newFabricWatch opens NVML for the watch; nil when there is nothing to
-// watch: no NVML, or no GPU whose fabric NVML reports (NOT_SUPPORTED), so
-// ordinary nodes never read it again. Close it with close.
-func newFabricWatch(ctx context.Context, roots nvmllib.Roots, interval time.Duration, node *computedomain.Node, pub *channelPublisher,
-	hs *healthServer, poolName string, opts computedomain.DeviceOptions) *fabricWatch {
+// newFabricWatch opens NVML for the watch of gpus, the GPUs the start
+// discovered; nil when there is nothing to watch: no NVML, or no GPU whose
+// fabric NVML reports (NOT_SUPPORTED), so ordinary nodes never read it
+// again. Close it with close.
+func newFabricWatch(ctx context.Context, roots nvmllib.Roots, gpus []model.GPU, interval time.Duration, node *computedomain.Node,
+	pub *channelPublisher, hs *healthServer, poolName string, opts computedomain.DeviceOptions) *fabricWatch {
 	logger := klog.FromContext(ctx)
 	if interval <= 0 {
+		return nil
+	}
+	var capable []model.GPU
+	for _, g := range gpus {
+		if gpudiscovery.FabricCapable(g.Fabric) {
+			capable = append(capable, g)
+		}
+	}
+	if len(capable) == 0 {
 		return nil
 	}
 	lib, release, err := openNVML(roots.Driver)
@@ -98,19 +108,8 @@ func newFabricWatch(ctx context.Context, roots nvmllib.Roots, interval time.Dura
 		logger.V(2).Info("No NVML: the NVLink fabric is not watched", "err", err)
 		return nil
 	}
-	w := &fabricWatch{interval: interval, roots: roots, release: release, node: node, pub: pub, hs: hs, poolName: poolName, opts: opts}
-	discovered, err := gpudiscovery.Discover(ctx, lib, gpudiscovery.Options{SysfsRoot: roots.Sys})
-	if err == nil {
-		for _, g := range discovered.GPUs {
-			if gpudiscovery.FabricCapable(g.Fabric) {
-				w.gpus = append(w.gpus, g)
-			}
-		}
-	}
-	if len(w.gpus) == 0 {
-		w.close(ctx)
-		return nil
-	}
+	w := &fabricWatch{interval: interval, roots: roots, release: release, node: node, pub: pub, hs: hs, poolName: poolName, opts: opts,
+		gpus: capable}
 	w.reader = gpudiscovery.NewFabricReader(lib)
 	return w
 }

@@ -59,9 +59,10 @@ func TestOptions(t *testing.T) {
 func TestWithoutNVML(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	roots := nvmllib.DriverRoots(t.TempDir(), "")
-	clique, err := nodeClique(ctx, roots)
+	clique, gpus, err := nodeClique(ctx, roots)
 	require.NoError(t, err)
 	require.Empty(t, clique)
+	require.Empty(t, gpus)
 	require.Nil(t, fabricMgmt(ctx, roots, ""))
 	require.Nil(t, fabricMgmt(ctx, roots, "cluster.1"), "a driver without the capability: logged, daemon claims refused")
 }

@@ -166,7 +166,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 			hs.close()
 		}
 	}()
-	clique, err := waitClique(ctx, roots, o.FabricRetryInterval, hs)
+	clique, gpus, err := waitClique(ctx, roots, o.FabricRetryInterval, hs)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +274,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, dyn dyn
 	// over withdraws the channels, a new clique republishes them.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var watching sync.WaitGroup
-	if w := newFabricWatch(ctx, roots, o.FabricRetryInterval, node, pub, hs, o.NodeName, deviceOpts); w != nil {
+	if w := newFabricWatch(ctx, roots, gpus, o.FabricRetryInterval, node, pub, hs, o.NodeName, deviceOpts); w != nil {
 		watching.Go(func() { w.run(watchCtx) })
 	}
 	stopWatching := func() {
