@@ -8,13 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
 
-	"github.com/gpudra/gpudra/internal/plugin/checkpoint"
 	"github.com/gpudra/gpudra/internal/plugin/sharing"
 	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
@@ -165,8 +163,7 @@ func (m *Manager) restoreComputeMode(ctx context.Context, device, uid string) {
 	if !marked {
 		return
 	}
-	holders, err := m.cfg.Checkpoints.Holders(device)
-	if err != nil || slices.ContainsFunc(holders, func(h checkpoint.Holder) bool { return h.ClaimUID != uid }) {
+	if _, held, err := m.otherHolder(device, uid); err != nil || held {
 		return // another claim holds it, or the index cannot tell
 	}
 	logger = logger.WithValues("uuid", mark.UUID, "mode", mark.Previous)

@@ -133,14 +133,9 @@ func (m *Manager) partitionHeldElsewhere(rec *checkpoint.ClaimRecord) (string, e
 			devices = append(devices, g.VFIODeviceName())
 		}
 		for _, name := range devices {
-			holders, err := m.cfg.Checkpoints.Holders(name)
-			if err != nil {
-				return "", tag(errCheckpoint, err)
-			}
-			for _, h := range holders {
-				if h.ClaimUID != rec.UID {
-					return h.Claim, nil
-				}
+			h, held, err := m.otherHolder(name, rec.UID)
+			if err != nil || held {
+				return h.Claim, err
 			}
 		}
 	}

@@ -40,6 +40,21 @@ func (m *Manager) conflict(device, claimUID string, a access) (checkpoint.Holder
 	return checkpoint.Holder{}, false, nil
 }
 
+// otherHolder returns a holder of device other than claimUID, of any
+// access (admin access included), from the on-disk index.
+func (m *Manager) otherHolder(device, claimUID string) (checkpoint.Holder, bool, error) {
+	holders, err := m.cfg.Checkpoints.Holders(device)
+	if err != nil {
+		return checkpoint.Holder{}, false, tag(errCheckpoint, err)
+	}
+	for _, h := range holders {
+		if h.ClaimUID != claimUID {
+			return h, true, nil
+		}
+	}
+	return checkpoint.Holder{}, false, nil
+}
+
 // hold records that the claim of rec holds its devices. The caller holds the
 // devices' locks, and rec is already in the checkpoint.
 func (m *Manager) hold(rec *checkpoint.ClaimRecord) error {
