@@ -16,16 +16,14 @@ import (
 
 	"github.com/gpudra/gpudra/internal/plugin/slice"
 	"github.com/gpudra/gpudra/internal/shared/compat"
+	"github.com/gpudra/gpudra/test/fakedriver"
 	"github.com/gpudra/gpudra/test/fmsim"
 	"github.com/gpudra/gpudra/test/localcluster"
 )
 
 // fmNode runs NVSwitch Fabric Manager in shared NVSwitch mode
-// (test/localcluster/profiles/dgx-h100-fm.yaml: an 8-GPU HGX board).
-const (
-	fmNode    = "gpu-fm"
-	fmProfile = "dgx-h100-fm.yaml"
-)
+// (fakedriver.FMProfilePath: an 8-GPU HGX board).
+const fmNode = "gpu-fm"
 
 // TestFabricManagerPartitions runs NVIDIA's FabricManagerPartitioning on the
 // local cluster: a node whose driver root holds the simulated libnvfm and
@@ -42,7 +40,7 @@ func TestFabricManagerPartitions(t *testing.T) {
 	defer cancel()
 	t.Cleanup(func() { clusterCmd(t, "remove-node", fmNode) })
 	if err := realCluster.AddNode(ctx, localcluster.NodeSpec{Name: fmNode,
-		Profile: filepath.Join(repoRoot, "test", "localcluster", "profiles", fmProfile)}, "--fabric-manager-partitioning"); err != nil {
+		Profile: filepath.Join(repoRoot, fakedriver.FMProfilePath)}, "--fabric-manager-partitioning"); err != nil {
 		t.Fatalf("add-node %s with --fabric-manager-partitioning: %v", fmNode, err)
 	}
 	t.Run("gpudra", func(t *testing.T) { partitionsAndBack(t, compat.Default().GPUClass) })

@@ -18,8 +18,12 @@ import (
 )
 
 // FMProfileName is the profile of FMRootForTest: dgx-h100 with Fabric
-// Manager in shared NVSwitch mode.
-const FMProfileName = "dgx-h100-fm"
+// Manager in shared NVSwitch mode, the local cluster's profile of that
+// name (FMProfilePath, in the repository).
+const (
+	FMProfileName = "dgx-h100-fm"
+	FMProfilePath = "test/localcluster/profiles/" + FMProfileName + ".yaml"
+)
 
 // FMNode is the node of FMRootForTest.
 const FMNode = "node-a"
@@ -76,15 +80,7 @@ func makeFMRoot() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	data, err := os.ReadFile(filepath.Join(src, "test/sim/profiles/dgx-h100.yaml"))
-	if err != nil {
-		return "", err
-	}
-	profile := strings.Replace(string(data), "name: dgx-h100", "name: "+FMProfileName, 1) + "fabricManager: shared-nvswitch\n"
-	profilePath := filepath.Join(work, FMProfileName+".yaml")
-	if err := os.WriteFile(profilePath, []byte(profile), 0o644); err != nil {
-		return "", err
-	}
+	profilePath := filepath.Join(src, FMProfilePath)
 	root := filepath.Join(work, "root")
 	if err := Generate(Options{Dir: root, Profile: profilePath, Node: FMNode, NVMLLibrary: Library(dir), FMLibrary: lib, ToolsDir: dir}); err != nil {
 		return "", fmt.Errorf("generate: %w", err)
