@@ -26,6 +26,7 @@ import (
 const (
 	cdPending    = "cd-d"
 	rackClique3  = "6f3b2a91-4c1e-4f7a-9d2b-8e5c0a1d7b44.3"
+	rackClique5  = "6f3b2a91-4c1e-4f7a-9d2b-8e5c0a1d7b44.5" // after a fabric-clique 5 line
 	pendingTray  = "gb200-tray-fabric-pending.yaml"
 	waitingInLog = "Waiting for the NVLink fabric registration"
 )

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/internal/plugin/slice"
 	"github.com/gpudra/gpudra/internal/shared/compat"
 	"github.com/gpudra/gpudra/test/fakedriver"
@@ -35,7 +36,9 @@ const fabricPoll = "2s"
 // withdraws its channels (the daemon device stays) and is not Ready, the GPU
 // devices lose their cliqueID, the running pod stays, its deletion is served
 // (unprepare), and a new pod of the domain stays Pending. The registration
-// completes again: the channels come back in clique 3 and the new pod runs.
+// completes again, as a fabric manager re-registering GPUs may, in another
+// clique (5): the channels come back in clique 5, the GPUs' cliqueID follows,
+// the new pod runs and the domain's status has the tray in clique 5.
 func fabricChangesWhileRunning(t *testing.T, ns, pluginNS, pluginPod string) {
 	names := compat.Default().ComputeDomain()
 	faults := filepath.Join(driverRoot(cdPending), fakedriver.FaultFile)
@@ -79,24 +82,25 @@ func fabricChangesWhileRunning(t *testing.T, ns, pluginNS, pluginPod string) {
 
 	lines = lines[:0]
 	for i := range 4 {
-		lines = append(lines, fmt.Sprintf("gpu-%d fabric completed", i))
+		lines = append(lines, fmt.Sprintf("gpu-%d fabric-clique 5", i), fmt.Sprintf("gpu-%d fabric completed", i))
 	}
 	completed := time.Now()
 	appendFaults(t, faults, lines...)
 	waitRunning(t, ns, "late-1")
 	t.Logf("late-1 Running %s after the registration completed again", time.Since(completed).Round(100*time.Millisecond))
-	waitChannelDevices(t, "channels in clique 3", func(devs []resourceapi.Device) bool {
+	waitChannelDevices(t, "channels in clique 5", func(devs []resourceapi.Device) bool {
 		for _, d := range devs {
-			if cliqueOf(d) != rackClique3 {
+			if cliqueOf(d) != rackClique5 {
 				return false
 			}
 		}
 		return len(devs) > 1
 	})
-	waitGPUFabric(t, "cliqueID again", func(d resourceapi.Device) bool { return cliqueOf(d) == rackClique3 })
+	waitGPUFabric(t, "cliqueID 5", func(d resourceapi.Device) bool { return cliqueOf(d) == rackClique5 })
 	waitContainerReady(t, pluginNS, pluginPod, "compute-domain", true)
+	waitDomainClique(t, ns, "late", rackClique5)
 	logs, _ := kubectl("-n", pluginNS, "logs", pluginPod, "-c", "compute-domain")
-	for _, want := range []string{"Withdrawing the node's IMEX channels", "usable again"} {
+	for _, want := range []string{"Withdrawing the node's IMEX channels", "clique of the node's GPUs changed"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("the channel plugin's log on %s has no %q", cdPending, want)
 		}
@@ -174,6 +178,21 @@ func waitDevicesOf(t *testing.T, drv, what string, ok func([]resourceapi.Device)
 		}
 		t.Fatalf("%s devices of %s on %s: want %s, got %v", drv, cdPending, cdPending, what, got)
 	}
+}
+
+// waitDomainClique waits until the domain's status has cdPending, Ready,
+// in clique.
+func waitDomainClique(t *testing.T, ns, name, clique string) {
+	t.Helper()
+	var cd *v1alpha1.ComputeDomain
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		cd = domainStatus(t, ns, name)
+		return cd.Status.Status == v1alpha1.DomainReady && len(cd.Status.Nodes) == 1 && cd.Status.Nodes[0].CliqueID == clique, nil
+	})
+	if err != nil {
+		t.Fatalf("domain %s: want Ready with %s in clique %s: %v; status %+v", name, cdPending, clique, err, cd.Status)
+	}
+	assertDomainNodes(t, cd, []string{cdPending}, clique)
 }
 
 // waitContainerReady waits until the container's readiness is want.
