@@ -25,8 +25,8 @@ import (
 // Running, and the conflicts (HTTP 409) and throttling (HTTP 429) of the
 // controller's status writes on the way, against the domain's size. It adds
 // CD_NODES (4) simulated GB200 NVL72 trays of one clique and installs the
-// chart with computeDomains.enabled; each sub-benchmark nodes-<n> runs a
-// domain of n trays with one pod on each (the default channel class
+// chart with computeDomains.enabled; each sub-benchmark nodes-<n> (n = 1,
+// 2, 4, ... doubling, and CD_NODES itself) runs a domain of n trays with one pod on each (the default channel class
 // selects channel 0, as NVIDIA's does, so a node holds one channel claim of
 // a domain), every pod with one channel claim from the domain's template,
 // then deletes pods and domain and waits until nothing of it is left.
@@ -52,13 +52,23 @@ func BenchmarkComputeDomain(b *testing.B) {
 			b.Errorf("reinstalling the chart without ComputeDomains: %v", err)
 		}
 	})
-	for size := 1; size <= trays; size++ {
+	for _, size := range domainSizes(trays) {
 		b.Run(fmt.Sprintf("nodes-%d", size), func(b *testing.B) {
 			for range b.N {
 				runDomainJob(b, nodes[:size])
 			}
 		})
 	}
+}
+
+// domainSizes are the domain sizes the benchmark runs on trays trays: the
+// powers of two below trays, then trays.
+func domainSizes(trays int) []int {
+	var sizes []int
+	for n := 1; n < trays; n *= 2 {
+		sizes = append(sizes, n)
+	}
+	return append(sizes, trays)
 }
 
 func runDomainJob(b *testing.B, nodes []string) {
