@@ -197,6 +197,9 @@ func TestHelmMPSPodPolicyRules(t *testing.T) {
 		{"a --set with shell syntax", daemon("chroot", addArg("--set=set_default_active_thread_percentage 50; rm -rf /")), nil, false},
 		{"a --set out of range", daemon("chroot", addArg("--set=set_default_active_thread_percentage 101")), nil, false},
 		{"a pinned memory limit not in MiB", daemon("chroot", addArg("--set=set_default_device_pinned_mem_limit 0 20G")), nil, false},
+		{"a pinned memory limit of 0M (validation: at least 1Mi)", daemon("chroot", addArg("--set=set_default_device_pinned_mem_limit 0 0M")), nil, false},
+		{"a pinned memory limit of 1Pi (validation's most)", daemon("chroot", addArg("--set=set_default_device_pinned_mem_limit 1 1073741824M")), nil, true},
+		{"a device index that is no ordinal", daemon("chroot", addArg("--set=set_default_device_pinned_mem_limit GPU-1 1M")), nil, false},
 
 		// Environment and what else could run in the container.
 		{"LD_LIBRARY_PATH into the MPS directory", daemon("no chroot, lib64", func(p *corev1.Pod) {
