@@ -6,14 +6,12 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/test/chart"
 )
@@ -85,83 +83,6 @@ func TestHelmSlicePolicyRules(t *testing.T) {
 				old = tc.old
 			}
 			allowed, denials := evalWrite(v, plugin, "n1", resourceapi.SchemeGroupVersion, "ResourceSlice", "resourceslices", obj, old)
-			if allowed != tc.allowed {
-				t.Errorf("allowed=%v, want %v; denials: %v", allowed, tc.allowed, denials)
-			}
-		})
-	}
-}
-
-// TestHelmMPSPodPolicyRules evaluates the chart's MPS daemon Pod policy: the
-// plugin's token may create and delete only daemon Pods of its own node, of
-// the chart's shape.
-func TestHelmMPSPodPolicyRules(t *testing.T) {
-	skipWithoutHelm(t)
-	const ns, release, uid = "gpudra-system", "x", "0b6e4c8e-0000-0000-0000-000000000001"
-	const image = "registry.example.com/gpudra:t"
-	v := chartPolicy(t, release, ns, "kubelet-plugin-mps-pods",
-		"--set", "image.repository=registry.example.com/gpudra,image.tag=t,nvidiaDriverRoot=/run/nvidia/driver")
-	plugin := "system:serviceaccount:" + ns + ":" + release + "-gpudra-kubelet-plugin"
-	dir := "/var/lib/kubelet/plugins/" + driver + "/mps/" + uid
-	daemon := func(edit func(*corev1.Pod)) *corev1.Pod {
-		p := &corev1.Pod{
-			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-			ObjectMeta: metav1.ObjectMeta{Name: "gpudra-mps-" + uid, Namespace: ns, Labels: map[string]string{
-				"app.kubernetes.io/component": "mps-control-daemon", "gpudra.io/mps-node": "n1", "gpudra.io/mps-claim-uid": uid}},
-			Spec: corev1.PodSpec{NodeName: "n1", AutomountServiceAccountToken: ptr.To(false),
-				Containers: []corev1.Container{{Name: "mps", Image: image,
-					Command: []string{"/usr/local/bin/gpu-kubelet-plugin"}, Args: []string{"mps-control-daemon"}}},
-				Volumes: []corev1.Volume{
-					{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/nvidia/driver"}}},
-					{Name: "dir", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}}},
-				}},
-		}
-		if edit != nil {
-			edit(p)
-		}
-		return p
-	}
-	for _, tc := range []struct {
-		name     string
-		obj, old *corev1.Pod
-		allowed  bool
-	}{
-		{"create a daemon Pod of its node", daemon(nil), nil, true},
-		{"delete a daemon Pod of its node", nil, daemon(nil), true},
-		{"create a daemon Pod of another node", daemon(func(p *corev1.Pod) {
-			p.Spec.NodeName, p.Labels["gpudra.io/mps-node"] = "n2", "n2"
-		}), nil, false},
-		{"delete a daemon Pod of another node", nil, daemon(func(p *corev1.Pod) {
-			p.Spec.NodeName, p.Labels["gpudra.io/mps-node"] = "n2", "n2"
-		}), false},
-		{"another image", daemon(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "busybox" }), nil, false},
-		{"another command", daemon(func(p *corev1.Pod) { p.Spec.Containers[0].Args = []string{"sh"} }), nil, false},
-		{"host network", daemon(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), nil, false},
-		{"a ServiceAccount token", daemon(func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil }), nil, false},
-		{"a host path outside the driver root and the MPS directory", daemon(func(p *corev1.Pod) {
-			p.Spec.Volumes[1].HostPath.Path = "/etc"
-		}), nil, false},
-		{"another name", daemon(func(p *corev1.Pod) { p.Name = "workload" }), nil, false},
-		{"create the daemon Pod of a further config group", daemon(func(p *corev1.Pod) {
-			p.Name, p.Labels["gpudra.io/mps-group"] = "gpudra-mps-"+uid+"-g1", "1"
-		}), nil, true},
-		{"delete the daemon Pod of a further config group", nil, daemon(func(p *corev1.Pod) {
-			p.Name, p.Labels["gpudra.io/mps-group"] = "gpudra-mps-"+uid+"-g2", "2"
-		}), true},
-		{"a group suffix without its label", daemon(func(p *corev1.Pod) { p.Name = "gpudra-mps-" + uid + "-g1" }), nil, false},
-		{"a group label that is no group number", daemon(func(p *corev1.Pod) {
-			p.Name, p.Labels["gpudra.io/mps-group"] = "gpudra-mps-"+uid+"-gx", "x"
-		}), nil, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var obj, old runtime.Object
-			if tc.obj != nil {
-				obj = tc.obj
-			}
-			if tc.old != nil {
-				old = tc.old
-			}
-			allowed, denials := evalWrite(v, plugin, "n1", corev1.SchemeGroupVersion, "Pod", "pods", obj, old)
 			if allowed != tc.allowed {
 				t.Errorf("allowed=%v, want %v; denials: %v", allowed, tc.allowed, denials)
 			}

@@ -106,8 +106,9 @@ type Config struct {
 // ownedEntries are the top-level entries of a root that Generate writes;
 // everything in them except var/lib/gpudra-sim is replaced on every run.
 // tmp is there as on every real root: a whole-system root (host layout) has
-// one, and where the root has none (gke) the container runtime makes it when
-// a chrooted MPS daemon Pod mounts its pipe directory at <root>/tmp/nvidia-mps.
+// one (a chrooted MPS daemon Pod mounts an emptyDir over it, and its pipe and
+// log directories below that; roots of earlier versions may have a
+// tmp/nvidia-mps the container runtime made there).
 var ownedEntries = []string{"bin", "dev", "etc", "lib", "lib64", "proc", "run", "sys", "tmp", "usr", "var"}
 
 // Generate creates the fake driver root opts.Dir, or refreshes an existing

@@ -208,6 +208,10 @@ func (w *writer) system(toolsDir string) {
 	if w.err == nil {
 		w.fail(os.Chmod(w.path("tmp"), 0o777|os.ModeSticky))
 	}
+	// And a /dev/shm: a chrooted MPS daemon Pod mounts the claim's shm
+	// directory there, on a driver root it mounts read-only, so the mount
+	// point must be there already (mpspod.PodConfig.Pod).
+	w.mkdir("dev/shm")
 	w.copyFile(sh, "bin/sh", 0o755)
 	w.copyFile(rt.Interpreter, strings.TrimPrefix(rt.Interpreter, "/"), 0o755)
 	for soname, p := range rt.Libraries {

@@ -75,19 +75,24 @@ func testConfig(l Layout) PodConfig {
 func TestPodShape(t *testing.T) {
 	d := &sharing.MPSDaemon{Dir: "/var/lib/kubelet/plugins/gpu.gpudra.io/mps/" + uid, Devices: []string{gpuA}, ActiveThreadPercentage: 50}
 	for name, tc := range map[string]struct {
-		layout            Layout
-		wantPipe, wantShm string
-		wantArgs          []string
+		layout                     Layout
+		wantPipe, wantLog, wantShm string
+		wantArgs                   []string
+		// wantTmp: an emptyDir over the root's /tmp, where the runtime
+		// makes the mount points of the pipe and log directories.
+		wantTmp bool
 	}{
 		"chroot: directories where the chrooted daemon looks": {
 			layout:   Layout{Chroot: true, Control: "/usr/bin/nvidia-cuda-mps-control"},
-			wantPipe: "/driver-root/tmp/nvidia-mps", wantShm: "/driver-root/dev/shm",
-			wantArgs: []string{"--chroot=/driver-root", "--pipe-dir=/tmp/nvidia-mps", "--set=set_default_active_thread_percentage 50"},
+			wantPipe: "/driver-root/tmp/nvidia-mps", wantLog: "/driver-root/tmp/nvidia-mps-log", wantShm: "/driver-root/dev/shm",
+			wantArgs: []string{"--chroot=/driver-root", "--pipe-dir=/tmp/nvidia-mps", "--log-dir=/tmp/nvidia-mps-log",
+				"--set=set_default_active_thread_percentage 50"},
+			wantTmp: true,
 		},
 		"no chroot: nothing is mounted into the driver root": {
 			layout:   Layout{Control: "/driver-root/bin/nvidia-cuda-mps-control", Env: []string{"LD_LIBRARY_PATH=/driver-root/lib64"}},
-			wantPipe: "/mps/pipe", wantShm: "/dev/shm",
-			wantArgs: []string{"--pipe-dir=/mps/pipe", "--devices=" + gpuA},
+			wantPipe: "/mps/pipe", wantLog: "/mps/log", wantShm: "/dev/shm",
+			wantArgs: []string{"--pipe-dir=/mps/pipe", "--log-dir=/mps/log", "--devices=" + gpuA},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -106,17 +111,37 @@ func TestPodShape(t *testing.T) {
 			for _, a := range tc.wantArgs {
 				require.Contains(t, ctr.Args, a)
 			}
-			mounts := map[string]string{}
-			for _, m := range ctr.VolumeMounts {
-				mounts[m.Name] = m.MountPath
+			mounts := map[string]corev1.VolumeMount{}
+			for i, m := range ctr.VolumeMounts {
+				mounts[m.Name] = m
+				if i > 0 {
+					require.NotEqual(t, PodDriverRoot, m.MountPath)
+					require.False(t, m.ReadOnly, "%s: the daemon's own directories stay writable", m.Name)
+				}
 			}
-			require.Equal(t, tc.wantPipe, mounts["pipe"])
-			require.Equal(t, tc.wantShm, mounts["shm"])
+			root := ctr.VolumeMounts[0]
+			require.Equal(t, "driver-root", root.Name, "the driver root first, the mounts below it after it")
+			require.Equal(t, PodDriverRoot, root.MountPath)
+			require.True(t, root.ReadOnly, "the daemon never writes the driver root (the host's root by default)")
+			require.Equal(t, corev1.MountPropagationHostToContainer, *root.MountPropagation)
+			require.Equal(t, tc.wantPipe, mounts["pipe"].MountPath)
+			require.Equal(t, tc.wantLog, mounts["log"].MountPath)
+			require.Equal(t, tc.wantShm, mounts["shm"].MountPath)
 			hosts := map[string]string{}
+			want := map[string]string{"driver-root": "/run/nvidia/driver", "pipe": d.Dir + "/pipe", "log": d.Dir + "/log", "shm": d.Dir + "/shm"}
 			for _, v := range p.Spec.Volumes {
+				if v.EmptyDir != nil {
+					hosts[v.Name] = "emptyDir"
+					continue
+				}
 				hosts[v.Name] = v.HostPath.Path
 			}
-			require.Equal(t, map[string]string{"driver-root": "/run/nvidia/driver", "pipe": d.Dir + "/pipe", "log": d.Dir + "/log", "shm": d.Dir + "/shm"}, hosts)
+			if tc.wantTmp {
+				want["root-tmp"] = "emptyDir"
+				require.Equal(t, PodChrootTmp, mounts["root-tmp"].MountPath)
+				require.Equal(t, "root-tmp", ctr.VolumeMounts[1].Name, "/tmp before the mounts below it")
+			}
+			require.Equal(t, want, hosts)
 		})
 	}
 }

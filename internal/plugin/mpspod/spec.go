@@ -43,6 +43,16 @@ const (
 	// PodMPSDir holds the pipe and log directories of a daemon that does
 	// not run chrooted.
 	PodMPSDir = "/mps"
+	// ChrootLogDir is the log directory as a chrooted daemon sees it: below
+	// /tmp, like its pipe directory (sharing.ContainerPipeDir), because the
+	// Pod mounts an emptyDir at the root's /tmp (PodChrootTmp).
+	ChrootLogDir = "/tmp/nvidia-mps-log"
+	// PodChrootTmp is the emptyDir over the driver root's /tmp in a chrooted
+	// daemon's Pod. The driver root is mounted read-only, so the container
+	// runtime could not create the mount points of the pipe and log
+	// directories in it; it creates them in this Pod-private directory
+	// instead, never on the host. Every whole-system root has a /tmp.
+	PodChrootTmp = PodDriverRoot + "/tmp"
 )
 
 // Layout is how the daemon runs in the driver root, decided by the plugin
@@ -117,8 +127,10 @@ const groupSuffix = "-g"
 // daemon Pod mounts them.
 func (c *PodConfig) paths() (pipe, log, shm string) {
 	if c.Layout.Chroot {
-		// As the chrooted daemon sees them: CUDA's defaults inside the root.
-		return filepath.Join(PodDriverRoot, sharing.ContainerPipeDir), filepath.Join(PodDriverRoot, sharing.ContainerLogDir),
+		// Where the chrooted daemon sees them: below the root's /tmp (the
+		// Pod's emptyDir PodChrootTmp), and the root's /dev/shm (which
+		// every whole-system root has: no mount point to create).
+		return filepath.Join(PodDriverRoot, sharing.ContainerPipeDir), filepath.Join(PodDriverRoot, ChrootLogDir),
 			filepath.Join(PodDriverRoot, sharing.ContainerShmDir)
 	}
 	return filepath.Join(PodMPSDir, "pipe"), filepath.Join(PodMPSDir, "log"), sharing.ContainerShmDir
@@ -132,7 +144,7 @@ func (c *PodConfig) Pod(claimUID string, d *sharing.MPSDaemon) *corev1.Pod {
 	// runs chrooted there (RunDaemon adds the root for its own use).
 	daemonPipe, daemonLog := pipe, log
 	if c.Layout.Chroot {
-		daemonPipe, daemonLog = sharing.ContainerPipeDir, sharing.ContainerLogDir
+		daemonPipe, daemonLog = sharing.ContainerPipeDir, ChrootLogDir
 	}
 	args := []string{Subcommand, "--control=" + c.Layout.Control, "--pipe-dir=" + daemonPipe, "--log-dir=" + daemonLog,
 		"--devices=" + strings.Join(d.Devices, ",")}
@@ -151,6 +163,19 @@ func (c *PodConfig) Pod(claimUID string, d *sharing.MPSDaemon) *corev1.Pod {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
 			Path: path, Type: ptr.To(corev1.HostPathDirectory)}}}
 	}
+	// The driver root read-only: the daemon only reads and runs it; its own
+	// directories are mounts of their own. A chrooted daemon's /tmp
+	// (PodChrootTmp) comes before the mounts below it.
+	mounts := []corev1.VolumeMount{{Name: "driver-root", MountPath: PodDriverRoot, ReadOnly: true,
+		MountPropagation: ptr.To(corev1.MountPropagationHostToContainer)}}
+	volumes := []corev1.Volume{hostDir("driver-root", c.HostDriverRoot), hostDir("pipe", sharing.PipeDir(d.Dir)),
+		hostDir("log", sharing.LogDir(d.Dir)), hostDir("shm", sharing.ShmDir(d.Dir))}
+	if c.Layout.Chroot {
+		mounts = append(mounts, corev1.VolumeMount{Name: "root-tmp", MountPath: PodChrootTmp})
+		volumes = append(volumes, corev1.Volume{Name: "root-tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
+	mounts = append(mounts, corev1.VolumeMount{Name: "pipe", MountPath: pipe}, corev1.VolumeMount{Name: "log", MountPath: log},
+		corev1.VolumeMount{Name: "shm", MountPath: shm})
 	labels := map[string]string{ComponentLabel: ComponentValue, ClaimLabel: claimUID, NodeLabel: c.NodeName}
 	if d.Group > 0 {
 		labels[GroupLabel] = strconv.Itoa(d.Group)
@@ -175,19 +200,9 @@ func (c *PodConfig) Pod(claimUID string, d *sharing.MPSDaemon) *corev1.Pod {
 				Command: []string{Binary}, Args: args, Env: env, Resources: c.Resources,
 				// Privileged: the MPS server opens the GPUs' device nodes.
 				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To[int64](0)},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "driver-root", MountPath: PodDriverRoot, MountPropagation: ptr.To(corev1.MountPropagationHostToContainer)},
-					{Name: "pipe", MountPath: pipe},
-					{Name: "log", MountPath: log},
-					{Name: "shm", MountPath: shm},
-				},
+				VolumeMounts:    mounts,
 			}},
-			Volumes: []corev1.Volume{
-				hostDir("driver-root", c.HostDriverRoot),
-				hostDir("pipe", sharing.PipeDir(d.Dir)),
-				hostDir("log", sharing.LogDir(d.Dir)),
-				hostDir("shm", sharing.ShmDir(d.Dir)),
-			},
+			Volumes: volumes,
 		},
 	}
 	if c.Node != nil {
