@@ -105,6 +105,10 @@ type Node struct {
 	// (--fabric-manager-partitioning); GPUs and vfio devices then carry
 	// gpuModuleID and partition<N> in every mode.
 	FabricManager bool `json:"fabricManager,omitempty"`
+	// IOMMUFD: the node offers iommufd (/dev/iommu where the plugin finds
+	// /dev/vfio); set only with passthrough. vfio devices carry it as
+	// iommuFDEnabled, and a claim preferring iommufd gets it.
+	IOMMUFD bool `json:"iommufd,omitempty"`
 }
 
 // DeviceName is the name of a whole-GPU device in the ResourceSlice.
