@@ -30,6 +30,11 @@ type GPU struct {
 	PCIBusID string `json:"pciBusID"`
 	// PCIeRoot is the PCIe root complex, e.g. "pci0000:00"; empty when unknown.
 	PCIeRoot string `json:"pcieRoot,omitempty"`
+	// PCIVendorID and PCIDeviceID are the PCI device's IDs as sysfs shows
+	// them (its vendor and device files, e.g. 0x10de and 0x2330); 0 when
+	// unknown.
+	PCIVendorID uint16 `json:"pciVendorID,omitempty"`
+	PCIDeviceID uint16 `json:"pciDeviceID,omitempty"`
 	// NUMANode is the NUMA node of the GPU; nil when unknown.
 	NUMANode *int `json:"numaNode,omitempty"`
 	// NUMANeighbours are the other NUMA nodes of NUMANode's socket at the
