@@ -23,7 +23,8 @@ func (o *Options) addPassthroughFlag(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Passthrough, "passthrough", false,
 		"GPU passthrough to virtual machines (KubeVirt): also publish each GPU without MIG as a vfio device (class vfio.gpu.gpudra.io, "+
 			"vfio.gpu.nvidia.com in NVIDIA compatibility mode), exclusive with the GPU's own device through a shared counter; prepare binds it "+
-			"to vfio-pci and gives the container /dev/vfio/<IOMMU group>, with device metadata (the PCI address) for KubeVirt. Needs the IOMMU "+
+			"to vfio-pci and gives the container /dev/vfio/<IOMMU group> (with a VfioDeviceConfig preferring iommufd, on a node with /dev/iommu, "+
+			"/dev/vfio/devices/vfio<N>), with device metadata (the PCI address) for KubeVirt. Needs the IOMMU "+
 			"and the vfio-pci module on the node, and the DRAPartitionableDevices and DRADeviceMetadata feature gates in the cluster.")
 }
 
