@@ -180,7 +180,7 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		Names: o.names, PoolName: o.NodeName, Node: gpus.Node, Checkpoints: store, CDI: writer,
 		LockDir: filepath.Join(o.PluginDataDir(), "locks"), MIG: mig.NewManager(gpus.Lib), TimeSlicer: slicer, MPS: mps,
 		ComputeMode: sharing.NVMLComputeMode{Lib: gpus.Lib},
-		OnMPSDaemon: events.mpsDaemon, Passthrough: o.passthrough(gpus.Lib), SyncRecords: o.CheckpointSync,
+		OnMPSDaemon: events.mpsDaemon, Passthrough: o.passthrough(gpus.Lib, gpus.Node.IOMMUFD), SyncRecords: o.CheckpointSync,
 		FabricPartitions: gpus.fabricPartitions(),
 	})
 	if err != nil {

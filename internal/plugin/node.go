@@ -65,6 +65,10 @@ func openNode(ctx context.Context, o *Options, inv *inventory.Store) (*GPUNode, 
 	}
 	mig.Apply(node, mode)
 	mig.RestrictProfiles(ctx, node, o.MIGProfiles)
+	if err := o.detectIOMMUFD(ctx, node); err != nil {
+		_ = lib.Shutdown()
+		return nil, err
+	}
 	if o.names.Mode == compat.NVIDIA {
 		// MIG devices are named as NVIDIA's driver names them, with the
 		// GPU instance profile ID.

@@ -1,7 +1,9 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -9,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/plugin/prepare"
@@ -20,7 +23,8 @@ func (o *Options) addPassthroughFlag(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Passthrough, "passthrough", false,
 		"GPU passthrough to virtual machines (KubeVirt): also publish each GPU without MIG as a vfio device (class vfio.gpu.gpudra.io, "+
 			"vfio.gpu.nvidia.com in NVIDIA compatibility mode), exclusive with the GPU's own device through a shared counter; prepare binds it "+
-			"to vfio-pci and gives the container /dev/vfio/<IOMMU group>, with device metadata (the PCI address) for KubeVirt. Needs the IOMMU "+
+			"to vfio-pci and gives the container /dev/vfio/<IOMMU group> (with a VfioDeviceConfig preferring iommufd, on a node with /dev/iommu, "+
+			"/dev/vfio/devices/vfio<N>), with device metadata (the PCI address) for KubeVirt. Needs the IOMMU "+
 			"and the vfio-pci module on the node, and the DRAPartitionableDevices and DRADeviceMetadata feature gates in the cluster.")
 }
 
@@ -36,16 +40,36 @@ func (o *Options) validatePassthrough() error {
 
 // passthrough is what the prepare manager needs to rebind GPUs: the
 // driver root's sysfs and /dev (nvmllib.Roots, as the NUMA attributes
-// read sysfs), and NVML to tell whether a GPU is in use. nil when off.
-func (o *Options) passthrough(lib nvml.Interface) *prepare.Passthrough {
+// read sysfs), whether the node offers iommufd (model.Node.IOMMUFD, see
+// detectIOMMUFD), and NVML to tell whether a GPU is in use. nil when off.
+func (o *Options) passthrough(lib nvml.Interface, iommufd bool) *prepare.Passthrough {
 	if !o.Passthrough {
 		return nil
 	}
 	roots := o.roots()
 	return &prepare.Passthrough{
-		Sysfs: vfio.HostSysfs{Root: roots.Sys}, Dev: roots.Dev, HostDev: roots.HostDev, Metadata: true,
+		Sysfs: vfio.HostSysfs{Root: roots.Sys}, Dev: roots.Dev, HostDev: roots.HostDev, IOMMUFD: iommufd, Metadata: true,
 		InUse: func(uuid string) (string, error) { return gpuUsers(lib, uuid) },
 	}
+}
+
+// detectIOMMUFD records on the node whether it offers iommufd: /dev/iommu
+// in the /dev that holds /dev/vfio (nvmllib.Roots.Dev: the driver root's
+// when it brings one, else the host's), as NVIDIA's driver decides. Only
+// with passthrough: vfio devices publish it (iommuFDEnabled), and a claim
+// preferring iommufd gets it there.
+func (o *Options) detectIOMMUFD(ctx context.Context, node *model.Node) error {
+	if !o.Passthrough {
+		return nil
+	}
+	dev := o.roots().Dev
+	on, err := vfio.IOMMUFDEnabled(dev)
+	if err != nil {
+		return fmt.Errorf("passthrough: %w", err)
+	}
+	node.IOMMUFD = on
+	klog.FromContext(ctx).Info("Passthrough IOMMU backends", "iommufd", on, "iommuDevice", filepath.Join(dev, vfio.IOMMUPath))
+	return nil
 }
 
 // gpuUsers lists the compute and graphics processes NVML knows on a GPU.

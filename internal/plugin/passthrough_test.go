@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,7 +43,7 @@ func TestValidatePassthrough(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.on, o.sliceOptions().Passthrough)
 			require.Equal(t, tc.wantClass, o.names.VFIOClass)
-			require.Equal(t, tc.on, o.passthrough(nil) != nil)
+			require.Equal(t, tc.on, o.passthrough(nil, false) != nil)
 			require.Equal(t, tc.on, len(o.metadataOptions()) > 0, "device metadata comes with passthrough")
 		})
 	}
@@ -109,7 +110,7 @@ func TestPassthroughRoots(t *testing.T) {
 	o := &Options{NodeName: "n", MaxDevicesPerSlice: 128, MIG: "static", Passthrough: true,
 		NvidiaDriverRoot: root, HostDriverRoot: "/var/lib/gpudra-sim/driver-root"}
 	require.NoError(t, o.Validate())
-	p := o.passthrough(nil)
+	p := o.passthrough(nil, false)
 	require.NotNil(t, p)
 	require.Equal(t, vfio.HostSysfs{Root: filepath.Join(root, "sys")}, p.Sysfs)
 	entries, err := os.ReadDir(filepath.Join(root, "proc/driver/nvidia/gpus"))
@@ -120,9 +121,37 @@ func TestPassthroughRoots(t *testing.T) {
 	require.Equal(t, vfio.DriverNVIDIA, d)
 	group, err := p.Sysfs.IOMMUGroup(addr)
 	require.NoError(t, err)
-	nodes, err := vfio.DeviceNodes(p.Dev, p.HostDev, group, false)
+	nodes, err := vfio.DeviceNodes(p.Dev, p.HostDev, vfio.Nodes{Group: group})
 	require.NoError(t, err)
 	require.Equal(t, "/var/lib/gpudra-sim/driver-root"+vfio.GroupPath(group), nodes[0].HostPath)
+}
+
+// TestDetectIOMMUFD: the plugin finds /dev/iommu where it finds /dev/vfio
+// (the driver root's dev), only with passthrough on.
+func TestDetectIOMMUFD(t *testing.T) {
+	root := fakedriver.ForTest(t, "dgx-h100", "node-a")
+	for _, tc := range []struct {
+		name        string
+		passthrough bool
+		iommu       bool
+		want        bool
+	}{
+		{name: "passthrough, no /dev/iommu", passthrough: true},
+		{name: "passthrough, /dev/iommu", passthrough: true, iommu: true, want: true},
+		{name: "passthrough off, /dev/iommu", iommu: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.iommu {
+				require.NoError(t, fakedriver.EnableIOMMUFD(root))
+				t.Cleanup(func() { require.NoError(t, os.Remove(filepath.Join(root, vfio.IOMMUPath))) })
+			}
+			o := &Options{NodeName: "n", MaxDevicesPerSlice: 128, MIG: "static", Passthrough: tc.passthrough, NvidiaDriverRoot: root}
+			require.NoError(t, o.Validate())
+			node := &model.Node{}
+			require.NoError(t, o.detectIOMMUFD(context.Background(), node))
+			require.Equal(t, tc.want, node.IOMMUFD)
+		})
+	}
 }
 
 // The health monitor skips exactly the GPUs whose vfio device a claim

@@ -154,6 +154,7 @@ func Generate(opts Options) error {
 	w.proc(facts)
 	w.sys(facts)
 	w.pciDrivers(facts.busIDs())
+	w.iommufd(profile.IOMMUFD)
 	w.numa(facts.NUMA)
 	if w.err != nil {
 		return fmt.Errorf("generate fake driver root %s: %w", opts.Dir, w.err)

@@ -80,7 +80,7 @@ func TestPassthroughOnRoot(t *testing.T) {
 		require.Equal(t, vfio.DriverNVIDIA, other, "other GPUs are untouched")
 
 		g, _ := sys.IOMMUGroup(a)
-		nodes, err := vfio.DeviceNodes(root, "/var/lib/gpudra-sim/driver-root", g, true)
+		nodes, err := vfio.DeviceNodes(root, "/var/lib/gpudra-sim/driver-root", vfio.Nodes{Group: g, APIDevice: true})
 		require.NoError(t, err)
 		require.Len(t, nodes, 2)
 		require.Equal(t, vfio.GroupPath(g), nodes[0].Path)

@@ -26,7 +26,9 @@ import (
 //     process using it (the real driver waits for its clients or hangs: the
 //     least kind outcome a test can observe is a refusal);
 //   - a driver that is not loaded (no sys/bus/pci/drivers/<name>) has no
-//     bind or unbind file: ENOENT.
+//     bind or unbind file: ENOENT;
+//   - on a root with dev/iommu, vfio-pci's bind gives the device a VFIO
+//     cdev and its unbind takes it away (cdev.go).
 //
 // Reads go through vfio.HostSysfs, the production reader, on the same tree.
 //
@@ -71,6 +73,9 @@ func (k *Kernel) Override(addr string) (string, error) { return k.sys().Override
 
 // IOMMUGroup implements vfio.Sysfs.
 func (k *Kernel) IOMMUGroup(addr string) (int, error) { return k.sys().IOMMUGroup(addr) }
+
+// CDev implements vfio.Sysfs.
+func (k *Kernel) CDev(addr string) (string, error) { return k.sys().CDev(addr) }
 
 // SetOverride stores driver_override as the kernel shows it ("(null)" when
 // unset). A file that already reads so is not written again, so that a
@@ -147,6 +152,11 @@ func (k *Kernel) Unbind(addr, driver string) error {
 	if driver == vfio.DriverNVIDIA && k.Busy != nil && k.Busy(addr) {
 		return &os.PathError{Op: "write", Path: unbind, Err: syscall.EBUSY}
 	}
+	if driver == vfio.DriverVFIO {
+		if err := k.removeCDev(dir); err != nil {
+			return err
+		}
+	}
 	if err := os.Remove(filepath.Join(drvDir, addr)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -177,6 +187,12 @@ func (k *Kernel) Bind(addr, driver string) error {
 	}
 	if (override != "" && override != driver) || (override == "" && driver != vfio.DriverNVIDIA) {
 		return &os.PathError{Op: "write", Path: bind, Err: syscall.ENODEV}
+	}
+	// The probe makes the cdev before the bind shows, as vfio-pci's does.
+	if driver == vfio.DriverVFIO && k.iommufd() {
+		if err := k.addCDev(dir); err != nil {
+			return err
+		}
 	}
 	return linkDriver(dir, drvDir, addr)
 }

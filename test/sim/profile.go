@@ -24,6 +24,11 @@ type Profile struct {
 	// FabricManager is how the node runs NVSwitch Fabric Manager
 	// (fabricmanager.go); FabricManagerNone without it.
 	FabricManager FabricManagerMode
+	// IOMMUFD: the node's kernel offers iommufd. Nothing in NVML shows
+	// it; a fake driver root of the profile has /dev/iommu, and its
+	// simulated kernel gives each GPU bound to vfio-pci a VFIO cdev
+	// (test/fakedriver).
+	IOMMUFD bool
 	// Source says where the profile came from: "builtin" or a file path.
 	Source string
 }

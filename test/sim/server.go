@@ -103,6 +103,24 @@ func (s *Server) PCIeRoot(pciBusID string) (string, bool) {
 	return "", false
 }
 
+// PCIIDs returns the PCI vendor and device IDs of the GPU with the given
+// bus ID as sysfs shows them (its vendor and device files): the halves of
+// the model's pciDeviceID, which NVML reports as device<<16 | vendor. It
+// returns false for an unknown bus ID.
+func (s *Server) PCIIDs(pciBusID string) (vendor, device uint16, ok bool) {
+	addr, err := parsePCIAddress(pciBusID)
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, d := range s.devices {
+		if d.addr == addr {
+			id := d.gpu.Model.PCIDeviceID
+			return uint16(id & 0xffff), uint16(id >> 16), true
+		}
+	}
+	return 0, 0, false
+}
+
 func (s *Server) gpuUUID(index int) string {
 	key := fmt.Sprintf("gpu/%s/%s/%d", s.nodeName, s.profile.Name, index)
 	return "GPU-" + uuid.NewSHA1(uuidNamespace, []byte(key)).String()

@@ -31,6 +31,9 @@ type profileSpec struct {
 	// FabricManager is how the node runs NVSwitch Fabric Manager
 	// (fabricmanager.go).
 	FabricManager string `json:"fabricManager"`
+	// IOMMUFD: the node's kernel offers iommufd (/dev/iommu, and a VFIO
+	// cdev per device bound to vfio-pci); default false.
+	IOMMUFD bool `json:"iommufd"`
 }
 
 // deviceSpec holds the per-GPU settings. In a gpus[] entry they apply to all

@@ -41,7 +41,7 @@ func (s *profileSpec) validate() (*Profile, error) {
 	if !nameRE.MatchString(s.Name) {
 		return nil, fmt.Errorf("name: %q is not a valid profile name: use lower-case letters, digits, '-' and '.'", s.Name)
 	}
-	p := &Profile{Name: s.Name, Description: s.Description, DriverVersion: s.DriverVersion}
+	p := &Profile{Name: s.Name, Description: s.Description, DriverVersion: s.DriverVersion, IOMMUFD: s.IOMMUFD}
 	if !driverVersionRE.MatchString(s.DriverVersion) {
 		return nil, fmt.Errorf("driverVersion: %q is not a driver version like \"550.90.07\" (quote it in YAML)", s.DriverVersion)
 	}

@@ -205,9 +205,15 @@ type VFIO struct {
 	Parent string `json:"parent"`
 	// PCIBusID is the GPU's sysfs address, e.g. "0000:1b:00.0".
 	PCIBusID string `json:"pciBusID"`
-	// IOMMUGroup is the GPU's IOMMU group: /dev/vfio/<IOMMUGroup>.
+	// IOMMUGroup is the GPU's IOMMU group: /dev/vfio/<IOMMUGroup> with the
+	// legacy backend.
 	IOMMUGroup int `json:"iommuGroup"`
-	// APIDevice: the container also gets /dev/vfio/vfio.
+	// IOMMUFD: the iommufd backend (the claim prefers it and the node
+	// offers it): the container gets the GPU's cdev,
+	// /dev/vfio/devices/vfio<N>, instead of its group's node.
+	IOMMUFD bool `json:"iommufd,omitempty"`
+	// APIDevice: the container also gets the backend's API device,
+	// /dev/vfio/vfio (legacy) or /dev/iommu (iommufd).
 	APIDevice bool `json:"apiDevice,omitempty"`
 }
 

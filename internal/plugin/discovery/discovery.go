@@ -26,8 +26,8 @@ type PCIeRootResolver interface {
 // Options tune discovery.
 type Options struct {
 	// SysfsRoot, when set, is the root under which /sys is read to find the
-	// PCIe root complex and NUMA node of real GPUs (for tests or a host
-	// mounted elsewhere).
+	// PCIe root complex, NUMA node and PCI IDs of real GPUs (for tests or a
+	// host mounted elsewhere).
 	SysfsRoot string
 }
 
@@ -62,6 +62,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 	calls := lookupOptionalCalls(lib)
 	resolver, _ := lib.(PCIeRootResolver)
 	numaResolver, _ := lib.(NUMANodeResolver)
+	idResolver, _ := lib.(PCIIDResolver)
 	handles := make([]nvml.Device, 0, count)
 	for i := 0; i < count; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
@@ -84,6 +85,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*model.Nod
 		}
 		gpu.PCIeRoot = pcieRoot(ctx, gpu.PCIBusID, resolver, opts)
 		gpu.NUMANode = numaNode(ctx, gpu.PCIBusID, numaResolver, opts)
+		gpu.PCIVendorID, gpu.PCIDeviceID = pciIDs(ctx, gpu.PCIBusID, idResolver, opts)
 		if gpu.NUMANode != nil && numaResolver == nil {
 			gpu.NUMANeighbours = numaNeighbours(ctx, *gpu.NUMANode, opts)
 		}

@@ -30,6 +30,11 @@ type GPU struct {
 	PCIBusID string `json:"pciBusID"`
 	// PCIeRoot is the PCIe root complex, e.g. "pci0000:00"; empty when unknown.
 	PCIeRoot string `json:"pcieRoot,omitempty"`
+	// PCIVendorID and PCIDeviceID are the PCI device's IDs as sysfs shows
+	// them (its vendor and device files, e.g. 0x10de and 0x2330); 0 when
+	// unknown.
+	PCIVendorID uint16 `json:"pciVendorID,omitempty"`
+	PCIDeviceID uint16 `json:"pciDeviceID,omitempty"`
 	// NUMANode is the NUMA node of the GPU; nil when unknown.
 	NUMANode *int `json:"numaNode,omitempty"`
 	// NUMANeighbours are the other NUMA nodes of NUMANode's socket at the
@@ -105,6 +110,10 @@ type Node struct {
 	// (--fabric-manager-partitioning); GPUs and vfio devices then carry
 	// gpuModuleID and partition<N> in every mode.
 	FabricManager bool `json:"fabricManager,omitempty"`
+	// IOMMUFD: the node offers iommufd (/dev/iommu where the plugin finds
+	// /dev/vfio); set only with passthrough. vfio devices carry it as
+	// iommuFDEnabled, and a claim preferring iommufd gets it.
+	IOMMUFD bool `json:"iommufd,omitempty"`
 }
 
 // DeviceName is the name of a whole-GPU device in the ResourceSlice.

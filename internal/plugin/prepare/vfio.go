@@ -26,6 +26,10 @@ type Passthrough struct {
 	// Dev and HostDev are the roots of /dev/vfio as this process and as the
 	// host see them (nvmllib.Roots.Dev and HostDev).
 	Dev, HostDev string
+	// IOMMUFD: the node offers iommufd (Dev has /dev/iommu,
+	// vfio.IOMMUFDEnabled), so a claim preferring it (VfioDeviceConfig
+	// backendPolicy PreferIommuFD) gets the iommufd backend.
+	IOMMUFD bool
 	// InUse names the processes that use a GPU (by UUID); "" when none
 	// does. A GPU in use is not taken from the nvidia driver. Optional.
 	InUse func(uuid string) (string, error)
@@ -60,6 +64,7 @@ func (m *Manager) planVFIO(c claimconfig.DeviceConfig, gpu *model.GPU) (*checkpo
 	rec := &checkpoint.VFIO{Parent: gpu.DeviceName(), PCIBusID: gpu.PCIBusID, IOMMUGroup: group}
 	if c.VFIO != nil {
 		rec.APIDevice = c.VFIO.APIDevice
+		rec.IOMMUFD = c.VFIO.PreferIOMMUFD && m.cfg.Passthrough.IOMMUFD
 	}
 	return rec, nil
 }
@@ -105,7 +110,8 @@ func (m *Manager) bindVFIO(ctx context.Context, rec *checkpoint.ClaimRecord) err
 		if err := vfio.ToVFIO(ctx, m.cfg.Passthrough.Sysfs, d.VFIO.PCIBusID, check); err != nil {
 			return fmt.Errorf("device %s: %w", d.Name, err)
 		}
-		klog.FromContext(ctx).V(3).Info("GPU bound to vfio-pci", "device", d.Name, "pciBusID", d.VFIO.PCIBusID, "iommuGroup", d.VFIO.IOMMUGroup)
+		klog.FromContext(ctx).V(3).Info("GPU bound to vfio-pci", "device", d.Name, "pciBusID", d.VFIO.PCIBusID, "iommuGroup", d.VFIO.IOMMUGroup,
+			"iommufd", d.VFIO.IOMMUFD)
 	}
 	return nil
 }
@@ -129,12 +135,17 @@ func (m *Manager) unbindVFIO(ctx context.Context, rec *checkpoint.ClaimRecord) e
 	return nil
 }
 
-// vfioClaimDevice is the CDI device of a passed-through GPU.
+// vfioClaimDevice is the CDI device of a passed-through GPU, which is bound
+// to vfio-pci by now: with the iommufd backend its cdev is read from sysfs.
 func (m *Manager) vfioClaimDevice(d device) (cdi.ClaimDevice, error) {
-	if m.cfg.Passthrough == nil {
+	if m.cfg.Passthrough == nil || m.cfg.Passthrough.Sysfs == nil {
 		return cdi.ClaimDevice{}, fmt.Errorf("device %s is passed through, but passthrough is off on this plugin", d.Name)
 	}
-	nodes, err := vfio.DeviceNodes(m.cfg.Passthrough.Dev, m.cfg.Passthrough.HostDev, d.VFIO.IOMMUGroup, d.VFIO.APIDevice)
+	which, err := vfio.NodesFor(m.cfg.Passthrough.Sysfs, d.VFIO.PCIBusID, d.VFIO.IOMMUGroup, d.VFIO.IOMMUFD, d.VFIO.APIDevice)
+	if err != nil {
+		return cdi.ClaimDevice{}, fmt.Errorf("device %s: %w", d.Name, err)
+	}
+	nodes, err := vfio.DeviceNodes(m.cfg.Passthrough.Dev, m.cfg.Passthrough.HostDev, which)
 	if err != nil {
 		return cdi.ClaimDevice{}, fmt.Errorf("device %s: %w", d.Name, err)
 	}

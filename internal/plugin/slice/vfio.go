@@ -1,6 +1,7 @@
 package slice
 
 import (
+	"fmt"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -11,6 +12,19 @@ import (
 // DeviceTypeVFIO is the value of the type attribute of a GPU's passthrough
 // device (NVIDIA's name).
 const DeviceTypeVFIO = "vfio"
+
+// Attributes only vfio devices carry, with NVIDIA's names, types and
+// formats, in both modes.
+const (
+	// AttrIOMMUFDEnabled: the node offers iommufd (model.Node.IOMMUFD), so
+	// a VfioDeviceConfig preferring it gets /dev/vfio/devices/vfio<N>.
+	AttrIOMMUFDEnabled resourceapi.QualifiedName = "iommuFDEnabled"
+	// AttrVendorID and AttrDeviceID are the GPU's PCI IDs as sysfs shows
+	// them, "0x10de" and e.g. "0x2330" (model.GPU.PCIVendorID,
+	// PCIDeviceID); absent when unknown.
+	AttrVendorID resourceapi.QualifiedName = "vendorID"
+	AttrDeviceID resourceapi.QualifiedName = "deviceID"
+)
 
 // passthroughCounter is what a GPU's device and its vfio device each
 // consume all of, so that the scheduler never allocates both.
@@ -30,7 +44,8 @@ func passthroughCounterSet(g *model.GPU) string { return g.DeviceName() + "-pass
 // The vfio device carries the GPU's identity as discovered (uuid,
 // productName, index, minor) and its standard PCI, PCIe root and NUMA
 // attributes, copied from the GPU's device, so run it after every other
-// attribute step. With Fabric Manager partitioning (model.Node.FabricManager)
+// attribute step; also iommuFDEnabled, vendorID and deviceID, as NVIDIA's
+// vfio devices do. With Fabric Manager partitioning (model.Node.FabricManager)
 // it also carries the GPU's gpuModuleID and partition<N>.
 func WithPassthrough(node *model.Node, devices []resourceapi.Device) ([]resourceapi.Device, []resourceapi.CounterSet) {
 	byName := make(map[string]int, len(devices))
@@ -61,6 +76,11 @@ func WithPassthrough(node *model.Node, devices []resourceapi.Device) ([]resource
 				node.FabricManager && (name == AttrGPUModuleID || isPartitionAttribute(name)):
 				v.Attributes[name] = *a.DeepCopy()
 			}
+		}
+		v.Attributes[AttrIOMMUFDEnabled] = resourceapi.DeviceAttribute{BoolValue: ptr(node.IOMMUFD)}
+		if g.PCIVendorID != 0 && g.PCIDeviceID != 0 {
+			v.Attributes[AttrVendorID] = str(fmt.Sprintf("0x%04x", g.PCIVendorID))
+			v.Attributes[AttrDeviceID] = str(fmt.Sprintf("0x%04x", g.PCIDeviceID))
 		}
 		added = append(added, v)
 	}

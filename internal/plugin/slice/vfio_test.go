@@ -23,6 +23,12 @@ func TestPassthroughDevices(t *testing.T) {
 	}{
 		{name: "off", on: false},
 		{name: "on", on: true, wantVFIO: vfioNames(base)},
+		{name: "on, iommufd", on: true, mutate: func(n *model.Node) { n.IOMMUFD = true }, wantVFIO: vfioNames(base)},
+		{name: "PCI IDs unknown", on: true, mutate: func(n *model.Node) {
+			for i := range n.GPUs {
+				n.GPUs[i].PCIVendorID, n.GPUs[i].PCIDeviceID = 0, 0
+			}
+		}, wantVFIO: vfioNames(base)},
 		{name: "MIG on and unreachable GPUs are left out", on: true, mutate: func(n *model.Node) {
 			n.GPUs[0].MIGEnabled = true
 			n.GPUs[1].Unreachable = "gpu-is-lost"
@@ -59,6 +65,17 @@ func TestPassthroughDevices(t *testing.T) {
 				require.Equal(t, slice.DeviceTypeVFIO, *v.Attributes[slice.AttrType].StringValue)
 				require.Equal(t, g.UUID, *v.Attributes[slice.AttrUUID].StringValue)
 				require.Equal(t, g.PCIBusID, *v.Attributes["resource.kubernetes.io/pciBusID"].StringValue)
+				require.Equal(t, node.IOMMUFD, *v.Attributes[slice.AttrIOMMUFDEnabled].BoolValue)
+				if g.PCIVendorID == 0 {
+					require.NotContains(t, v.Attributes, slice.AttrVendorID)
+					require.NotContains(t, v.Attributes, slice.AttrDeviceID)
+				} else {
+					require.Equal(t, "0x10de", *v.Attributes[slice.AttrVendorID].StringValue, "NVIDIA's format")
+					require.Equal(t, "0x2330", *v.Attributes[slice.AttrDeviceID].StringValue, "an H100 SXM5's, as sysfs shows it")
+				}
+				for _, name := range []resourceapi.QualifiedName{slice.AttrIOMMUFDEnabled, slice.AttrVendorID, slice.AttrDeviceID} {
+					require.NotContains(t, whole.Attributes, name, "only vfio devices carry it, as NVIDIA's")
+				}
 				require.Len(t, v.ConsumesCounters, 1)
 				set := v.ConsumesCounters[0].CounterSet
 				require.Contains(t, counters, set)

@@ -56,6 +56,7 @@ func (a *asyncKernel) Override(addr string) (string, error) {
 }
 
 func (a *asyncKernel) IOMMUGroup(string) (int, error) { return 7, nil }
+func (a *asyncKernel) CDev(string) (string, error)    { return "", nil }
 
 func (a *asyncKernel) SetOverride(addr, d string) error {
 	a.queue <- func(k *memKernel) error { return k.SetOverride(addr, d) }

@@ -31,6 +31,7 @@ func (m *memKernel) write() error {
 func (m *memKernel) Driver(string) (string, error)   { return m.driver, nil }
 func (m *memKernel) Override(string) (string, error) { return m.override, nil }
 func (m *memKernel) IOMMUGroup(string) (int, error)  { return 7, nil }
+func (m *memKernel) CDev(string) (string, error)     { return "", nil }
 func (m *memKernel) SetOverride(_, d string) error {
 	if err := m.write(); err != nil {
 		return err

@@ -34,6 +34,11 @@ type Sysfs interface {
 	Override(addr string) (string, error)
 	// IOMMUGroup is the number of the device's IOMMU group.
 	IOMMUGroup(addr string) (int, error)
+	// CDev names the device's VFIO cdev ("vfio<N>": /dev/vfio/devices/vfio<N>,
+	// the iommufd backend's node), which the kernel lists under the device's
+	// CDevSysfsDir while vfio-pci has it on a kernel with iommufd; "" when
+	// there is none.
+	CDev(addr string) (string, error)
 	// SetOverride writes driver_override; "" clears it.
 	SetOverride(addr, driver string) error
 	// Unbind writes the address to drivers/<driver>/unbind.
@@ -108,6 +113,30 @@ func (h HostSysfs) IOMMUGroup(addr string) (int, error) {
 		return 0, fmt.Errorf("PCI device %s: IOMMU group link %q does not end in a group number", addr, target)
 	}
 	return n, nil
+}
+
+// CDevSysfsDir is the directory of a PCI device's sysfs entry in which
+// the kernel lists the device's VFIO cdev, vfio-dev/vfio<N>.
+const CDevSysfsDir = "vfio-dev"
+
+// CDev reads the name of the device's VFIO cdev from its vfio-dev
+// directory; "" when the directory is missing or lists none.
+func (h HostSysfs) CDev(addr string) (string, error) {
+	entries, err := os.ReadDir(h.device(addr, CDevSysfsDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("PCI device %s: %w", addr, err)
+	}
+	for _, e := range entries {
+		if name := e.Name(); e.IsDir() && strings.HasPrefix(name, "vfio") {
+			if _, err := strconv.Atoi(strings.TrimPrefix(name, "vfio")); err == nil {
+				return name, nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // SetOverride writes driver_override; a newline alone clears it.

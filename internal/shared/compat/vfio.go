@@ -24,11 +24,12 @@ const VFIODevice DeviceKind = "vfio"
 // VFIOConfig is what a VfioDeviceConfig asks of a vfio device.
 type VFIOConfig struct {
 	// APIDevice: also give the container the IOMMU API device
-	// (/dev/vfio/vfio for the legacy backend). Off by default, as NVIDIA's.
+	// (/dev/vfio/vfio for the legacy backend, /dev/iommu for iommufd). Off
+	// by default, as NVIDIA's.
 	APIDevice bool
-	// PreferIOMMUFD is backendPolicy PreferIommuFD. gpudra has no iommufd
-	// backend: it serves the legacy one, as NVIDIA's driver does on a host
-	// without /dev/iommu.
+	// PreferIOMMUFD is backendPolicy PreferIommuFD: the iommufd backend
+	// (the GPU's /dev/vfio/devices/vfio<N>) where the node has /dev/iommu,
+	// the legacy one elsewhere, as NVIDIA's driver does.
 	PreferIOMMUFD bool
 }
 
