@@ -57,7 +57,10 @@ import (
 func TestPassthrough(t *testing.T) {
 	const node = "gpu-vfio"
 	t.Cleanup(func() { clusterCmd(t, "remove-node", node) })
-	clusterCmd(t, "add-node", node+"=l4", "--passthrough")
+	// Two L4s on a node whose kernel offers iommufd (/dev/iommu): the
+	// native claim has no configuration and gets the legacy backend, the
+	// NVIDIA-format one asks for PreferIommuFD and gets the iommufd one.
+	clusterCmd(t, "add-node", node+"="+filepath.Join(repoRoot, fakedriver.IOMMUFDProfilePath), "--passthrough")
 
 	t.Run("gpudra", func(t *testing.T) {
 		ensureVFIOClass(t)
@@ -65,15 +68,15 @@ func TestPassthrough(t *testing.T) {
 		ns := namespace(t)
 		createClaim(t, ns, "vm-gpu", compat.NativeVFIOClass, "")
 		createPod(t, ns, "vm", node, "vm-gpu", vfioScript("vm-gpu", "vm"))
-		passThroughAndBack(t, ns, node, devs, compat.Default().GPUClass, false)
+		passThroughAndBack(t, ns, node, devs, compat.Default().GPUClass, legacyGroupOnly)
 	})
 	t.Run("nvidia", func(t *testing.T) { testNVIDIAPassthrough(t, node) })
 }
 
 // testNVIDIAPassthrough is the same in the compatibility mode, from an
 // NVIDIA-format manifest (testdata/nvidia/vfio.yaml: a claim of class
-// vfio.gpu.nvidia.com with a VfioDeviceConfig asking for the legacy IOMMU
-// API device, and its pod). The controller gets --passthrough through
+// vfio.gpu.nvidia.com with a VfioDeviceConfig asking for the iommufd
+// backend, PreferIommuFD, with its API device, and its pod). The controller gets --passthrough through
 // controller.extraArgs, for the reason TestPassthrough gives: it then makes
 // the class and its webhook accepts the VfioDeviceConfig. The native chart
 // is installed again at the end.
@@ -102,17 +105,29 @@ func testNVIDIAPassthrough(t *testing.T, node string) {
 		t.Fatalf("testdata/nvidia/vfio.yaml must print the device metadata at %s", meta)
 	}
 	applyYAML(t, ns, manifest)
-	passThroughAndBack(t, ns, node, devs, names.GPUClass, true)
+	passThroughAndBack(t, ns, node, devs, names.GPUClass, iommufdWithAPIDevice)
 }
 
+// The VFIO device nodes a passed-through GPU's container is to see.
+type vfioBackend int
+
+const (
+	// legacyGroupOnly: /dev/vfio/<IOMMU group> of the GPU.
+	legacyGroupOnly vfioBackend = iota
+	// iommufdWithAPIDevice: /dev/vfio/devices/vfio<N>, the cdev the kernel
+	// made when vfio-pci bound the GPU (sysfs vfio-dev/vfio<N>), and the
+	// iommufd API device /dev/iommu.
+	iommufdWithAPIDevice
+)
+
 // passThroughAndBack follows the claim vm-gpu (request vm) of pod vm on
-// node, created by the caller: the pod runs and sees /dev/vfio/<group> of
-// the allocated GPU (and /dev/vfio/vfio with apiDevice), the fake root's
-// sysfs shows the GPU on vfio-pci, the device metadata with its pciBusID
+// node, created by the caller: the pod runs and sees the VFIO nodes of the
+// backend of the allocated GPU, the fake root's sysfs shows the GPU on
+// vfio-pci (with its cdev for iommufd), the device metadata with its pciBusID
 // is on the node and in the container, the GPU's ordinary device (class
 // gpuClass) cannot be allocated meanwhile; after pod and claim are deleted
 // the GPU is on nvidia with no override and a pod gets its ordinary device.
-func passThroughAndBack(t *testing.T, ns, node string, devs map[string]vfioDevice, gpuClass string, apiDevice bool) {
+func passThroughAndBack(t *testing.T, ns, node string, devs map[string]vfioDevice, gpuClass string, backend vfioBackend) {
 	t.Helper()
 	ctx := context.Background()
 	waitRunning(t, ns, "vm")
@@ -132,17 +147,28 @@ func passThroughAndBack(t *testing.T, ns, node string, devs map[string]vfioDevic
 	t.Logf("vm-gpu: %s, PCI %s, IOMMU group %d", res.Device, dev.pciBusID, group)
 
 	out := podLog(t, ns, "vm", "end-of-report")
-	want := []string{vfio.GroupPath(group)}
-	if apiDevice {
-		want = append(want, vfio.ContainerPath)
+	waitSysfs(t, node, dev.pciBusID, vfio.DriverVFIO, vfio.DriverVFIO)
+	sys := vfio.HostSysfs{Root: filepath.Join(driverRoot(node), "sys")}
+	cdev, err := sys.CDev(dev.pciBusID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	switch backend {
+	case legacyGroupOnly:
+		want = []string{vfio.GroupPath(group)}
+	case iommufdWithAPIDevice:
+		if cdev == "" || cdev == fmt.Sprintf("vfio%d", group) {
+			t.Fatalf("GPU %s on vfio-pci: sysfs names cdev %q, want vfio<N> apart from the group %d", dev.pciBusID, cdev, group)
+		}
+		want = []string{vfio.CDevPath(cdev), vfio.IOMMUPath}
 	}
 	got := vfioNodes(out)
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
-		t.Errorf("the VM's pod sees %v in /dev/vfio, want %v\n%s", got, want, out)
+		t.Errorf("the VM's pod sees VFIO nodes %v, want %v (cdev %q)\n%s", got, want, cdev, out)
 	}
-	waitSysfs(t, node, dev.pciBusID, vfio.DriverVFIO, vfio.DriverVFIO)
 
 	// Where the kubeletplugin helper writes it (k8s.io/dynamic-resource-allocation
 	// kubeletplugin, metadataFilePath: <plugin data dir>/dra-device-metadata/<ns>_<claim>/<request>).
@@ -165,6 +191,9 @@ func passThroughAndBack(t *testing.T, ns, node string, devs map[string]vfioDevic
 	deletePod(t, ns, "vm")
 	deleteClaim(t, ns, "vm-gpu")
 	waitSysfs(t, node, dev.pciBusID, vfio.DriverNVIDIA, "(null)")
+	if c, err := sys.CDev(dev.pciBusID); err != nil || c != "" {
+		t.Errorf("GPU %s back on nvidia: sysfs still names cdev %q (%v), want none", dev.pciBusID, c, err)
+	}
 
 	createClaim(t, ns, "after", gpuClass, dev.uuid)
 	createPod(t, ns, "after", node, "after", "gpudra-gpus -v; echo end-of-report")
@@ -192,16 +221,29 @@ type vfioDevice struct {
 	index          int
 }
 
+// checkIOMMUFDAttributes checks what NVIDIA's vfio devices also carry:
+// iommuFDEnabled (the node has /dev/iommu) and the GPU's PCI vendor ID.
+func checkIOMMUFDAttributes(t *testing.T, name string, d resourceapi.Device) {
+	t.Helper()
+	if b := d.Attributes[slice.AttrIOMMUFDEnabled].BoolValue; b == nil || !*b {
+		t.Errorf("vfio device %s: iommuFDEnabled %v, want true on a node with /dev/iommu", name, b)
+	}
+	if v := d.Attributes[slice.AttrVendorID].StringValue; v == nil || *v != "0x10de" {
+		t.Errorf("vfio device %s: vendorID %v, want 0x10de", name, v)
+	}
+}
+
 // waitVFIODevices waits for n vfio devices of node in the ResourceSlices.
 func waitVFIODevices(t *testing.T, node string, n int) map[string]vfioDevice {
 	t.Helper()
 	var out map[string]vfioDevice
+	var checked map[string]resourceapi.Device
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 		if err != nil {
 			return false, nil
 		}
-		out = map[string]vfioDevice{}
+		out, checked = map[string]vfioDevice{}, map[string]resourceapi.Device{}
 		for _, rs := range list.Items {
 			for _, d := range rs.Spec.Devices {
 				if typ := d.Attributes[slice.AttrType].StringValue; typ == nil || *typ != slice.DeviceTypeVFIO {
@@ -218,12 +260,16 @@ func waitVFIODevices(t *testing.T, node string, n int) map[string]vfioDevice {
 					v.index = int(*i)
 				}
 				out[d.Name] = v
+				checked[d.Name] = d
 			}
 		}
 		return len(out) == n, nil
 	})
 	if err != nil {
 		t.Fatalf("node %s: want %d vfio devices in its ResourceSlices, got %v", node, n, out)
+	}
+	for name, d := range checked {
+		checkIOMMUFDAttributes(t, name, d)
 	}
 	return out
 }
@@ -291,10 +337,10 @@ func createPod(t *testing.T, ns, name, node, claim, script string) {
 	}
 }
 
-// vfioScript lists /dev/vfio and prints the claim's device metadata file,
+// vfioScript lists the VFIO device nodes (both backends') and prints the claim's device metadata file,
 // at the path KEP-5304 gives it in the container.
 func vfioScript(claim, request string) string {
 	meta := drametadata.ResourceClaimFilePath(driver, claim, request)
-	return fmt.Sprintf(`for f in /dev/vfio/*; do echo "vfio-node $f"; done; echo metadata-begin; `+
+	return fmt.Sprintf(`for f in /dev/vfio/* /dev/vfio/devices/* /dev/iommu; do [ -c "$f" ] && echo "vfio-node $f"; done; echo metadata-begin; `+
 		`if [ -r %[1]q ]; then echo "$(< %[1]q)"; else echo "no %[1]s"; fi; echo metadata-end; echo end-of-report`, meta)
 }
