@@ -67,6 +67,9 @@ func TestChartPassthrough(t *testing.T) {
 		{name: "on, NVIDIA names, no controller", set: "compatibility=nvidia,kubeletPlugin.passthrough=true,controller.enabled=false",
 			wantPlugin: true, wantClass: compat.NVIDIAVFIOClass},
 		{name: "unprivileged", set: "kubeletPlugin.passthrough=true,kubeletPlugin.privileged=false", wantErr: "needs kubeletPlugin.privileged"},
+		{name: "NVIDIA's feature gate", set: "compatibility=nvidia,featureGates.PassthroughSupport=true,featureGates.DeviceMetadata=true",
+			wantPlugin: true, wantController: true},
+		{name: "NVIDIA's gate off", set: "featureGates.PassthroughSupport=false"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

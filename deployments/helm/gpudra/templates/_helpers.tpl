@@ -59,11 +59,12 @@ compares them): "driver", "channelClass", "daemonClass" or "label".
 
 {{/*
 "true" when any kubelet plugin DaemonSet passes GPUs through
-(kubeletPlugin.passthrough, or a node group's): the controller then keeps
-the vfio DeviceClass and admits VfioDeviceConfig.
+(kubeletPlugin.passthrough, a node group's, or NVIDIA's
+featureGates.PassthroughSupport): the controller then keeps the vfio
+DeviceClass and admits VfioDeviceConfig.
 */}}
 {{- define "gpudra.passthrough" -}}
-{{- $on := .Values.kubeletPlugin.passthrough -}}
+{{- $on := or .Values.kubeletPlugin.passthrough (and .Values.featureGates .Values.featureGates.PassthroughSupport) -}}
 {{- range .Values.kubeletPlugin.nodeGroups -}}
 {{- if hasKey . "passthrough" -}}{{- if .passthrough -}}{{- $on = true -}}{{- end -}}{{- end -}}
 {{- end -}}

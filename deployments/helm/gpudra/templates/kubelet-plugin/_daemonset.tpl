@@ -84,7 +84,7 @@ spec:
         {{- with $p.consumableShares | default $root.Values.consumableShares | toString }}
         - --consumable-shares={{ . }}
         {{- end }}
-        {{- if $p.passthrough }}
+        {{- if or $p.passthrough (and $root.Values.featureGates $root.Values.featureGates.PassthroughSupport) }}
         {{- if not $p.privileged }}
         {{- fail "kubeletPlugin.passthrough needs kubeletPlugin.privileged: the plugin writes the GPUs' driver_override, bind and unbind in sysfs" }}
         {{- end }}
