@@ -49,7 +49,8 @@ func (o *Options) passthrough(lib nvml.Interface, iommufd bool) *prepare.Passthr
 	roots := o.roots()
 	return &prepare.Passthrough{
 		Sysfs: vfio.HostSysfs{Root: roots.Sys}, Dev: roots.Dev, HostDev: roots.HostDev, IOMMUFD: iommufd, Metadata: true,
-		InUse: func(uuid string) (string, error) { return gpuUsers(lib, uuid) },
+		InUse:     func(uuid string) (string, error) { return gpuUsers(lib, uuid) },
+		InUseWait: prepare.DefaultInUseWait, InUsePoll: prepare.DefaultInUsePoll,
 	}
 }
 

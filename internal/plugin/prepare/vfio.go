@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -33,6 +35,12 @@ type Passthrough struct {
 	// InUse names the processes that use a GPU (by UUID); "" when none
 	// does. A GPU in use is not taken from the nvidia driver. Optional.
 	InUse func(uuid string) (string, error)
+	// InUseWait is how long prepare waits, asking InUse every
+	// InUsePoll, for a GPU's processes to exit before it refuses the
+	// claim; 0 refuses at once. A refused prepare is retried by the kubelet
+	// only at its pod resync, 60-90 s later (kubernetes#139836), so
+	// waiting here for a workload that is stopping passes the GPU sooner.
+	InUseWait, InUsePoll time.Duration
 	// Metadata returns device metadata (KEP-5304) for vfio devices.
 	Metadata bool
 }
@@ -95,17 +103,7 @@ func (m *Manager) bindVFIO(ctx context.Context, rec *checkpoint.ClaimRecord) err
 			if g := m.gpuOf(d); g != nil && g.MIGEnabled {
 				return errors.New("MIG mode is on")
 			}
-			if m.cfg.Passthrough.InUse == nil {
-				return nil
-			}
-			users, err := m.cfg.Passthrough.InUse(d.UUID)
-			if err != nil {
-				return fmt.Errorf("cannot tell whether it is in use: %w", err)
-			}
-			if users != "" {
-				return fmt.Errorf("it is in use by %s", users)
-			}
-			return nil
+			return m.waitUnused(ctx, d)
 		}
 		if err := vfio.ToVFIO(ctx, m.cfg.Passthrough.Sysfs, d.VFIO.PCIBusID, check); err != nil {
 			return fmt.Errorf("device %s: %w", d.Name, err)
@@ -131,6 +129,51 @@ func (m *Manager) unbindVFIO(ctx context.Context, rec *checkpoint.ClaimRecord) e
 			return fmt.Errorf("device %s: %w", d.Name, err)
 		}
 		klog.FromContext(ctx).V(3).Info("GPU given back to nvidia", "device", d.Name, "pciBusID", d.VFIO.PCIBusID)
+	}
+	return nil
+}
+
+// DefaultInUseWait is Passthrough.InUseWait on a node: most of the
+// kubelet's 45 s timeout of a NodePrepareResources call (k8s.io/kubernetes
+// pkg/kubelet/cm/dra/plugin, defaultClientCallTimeout, v1.37), leaving the
+// rest of the prepare time. NVIDIA's driver waits up to 60 s.
+const DefaultInUseWait, DefaultInUsePoll = 30 * time.Second, 500 * time.Millisecond
+
+// waitUnused returns nil once no process uses the device's GPU (InUse),
+// waiting up to InUseWait for the processes to exit; an error naming them
+// when they do not, or when InUse fails.
+func (m *Manager) waitUnused(ctx context.Context, d checkpoint.Device) error {
+	pt := m.cfg.Passthrough
+	if pt.InUse == nil {
+		return nil
+	}
+	var users string
+	var inUseErr error
+	poll := pt.InUsePoll
+	if poll <= 0 {
+		poll = DefaultInUsePoll
+	}
+	start, logged := time.Now(), false
+	err := wait.PollUntilContextTimeout(ctx, poll, pt.InUseWait, true, func(context.Context) (bool, error) {
+		users, inUseErr = pt.InUse(d.UUID)
+		if inUseErr != nil {
+			return false, inUseErr
+		}
+		if users != "" && pt.InUseWait > 0 && !logged {
+			logged = true
+			klog.FromContext(ctx).Info("Waiting for the processes using a GPU to exit before passing it through",
+				"device", d.Name, "uuid", d.UUID, "users", users, "wait", pt.InUseWait)
+		}
+		return users == "", nil
+	})
+	switch {
+	case inUseErr != nil:
+		return fmt.Errorf("cannot tell whether it is in use: %w", inUseErr)
+	case users != "":
+		return fmt.Errorf("it is in use by %s (waited %s for them to exit; stop them, then the kubelet retries the claim)",
+			users, time.Since(start).Round(100*time.Millisecond))
+	case err != nil:
+		return fmt.Errorf("waiting for its processes to exit: %w", err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -177,6 +178,48 @@ func TestVFIOCrashRecovery(t *testing.T) {
 			require.Equal(t, vfio.DriverVFIO, driverOf(t, k, addr))
 			require.NoError(t, m2.Unprepare(ctx(t), ref(c)))
 			require.Equal(t, vfio.DriverNVIDIA, driverOf(t, k, addr))
+		})
+	}
+}
+
+// Prepare waits (InUseWait) for the processes using a GPU to exit before it
+// passes the GPU through, instead of failing into the kubelet's resync
+// (kubernetes#139836); processes that stay refuse the claim, naming them.
+func TestPrepareVFIOWaitsForUsers(t *testing.T) {
+	tests := []struct {
+		name      string
+		busyCalls int // InUse answers "in use" this often, then ""
+		wait      time.Duration
+		errHas    string
+	}{
+		{name: "processes exit while it waits", busyCalls: 3, wait: 10 * time.Second},
+		{name: "not in use", busyCalls: 0, wait: 10 * time.Second},
+		{name: "processes stay", busyCalls: 1 << 30, wait: 100 * time.Millisecond, errHas: "in use by pid 4242 (waited"},
+		{name: "no wait: refused at once", busyCalls: 1, errHas: "in use by pid 4242"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, k, _ := vfioEnv(t, 1)
+			calls := 0
+			e.pass.InUseWait, e.pass.InUsePoll = tc.wait, 10*time.Millisecond
+			e.pass.InUse = func(string) (string, error) {
+				calls++
+				if calls <= tc.busyCalls {
+					return "pid 4242", nil
+				}
+				return "", nil
+			}
+			m, _ := e.manager()
+			_, err := m.Prepare(ctx(t), gpuClaim(uidA, "vm", "gpu-vfio-0"))
+			addr := e.node.GPUs[0].PCIBusID
+			if tc.errHas != "" {
+				require.ErrorContains(t, err, tc.errHas)
+				require.Equal(t, vfio.DriverNVIDIA, driverOf(t, k, addr))
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, vfio.DriverVFIO, driverOf(t, k, addr))
+			require.Equal(t, tc.busyCalls+1, calls, "InUse asked until the GPU was free")
 		})
 	}
 }
