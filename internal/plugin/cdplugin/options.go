@@ -130,8 +130,9 @@ func (o *Options) validateOnce() error {
 func (o *Options) Names() compat.ComputeDomainNames { return o.names.ComputeDomain() }
 
 // DefaultDaemonReadyWait: a channel claim's prepare waits in-process for
-// the daemon (instead of failing into the kubelet's back-off, which grows
-// to minutes) for most of kubeletCallTimeout, how long the kubelet waits
+// the daemon (instead of failing: the kubelet retries a failed prepare only
+// at its pod resync, 60-90 s later, kubernetes#139836) for most of
+// kubeletCallTimeout, how long the kubelet waits
 // for a NodePrepareResources call (k8s.io/kubernetes pkg/kubelet/cm/dra/
 // plugin, defaultClientCallTimeout, v1.37).
 const (
