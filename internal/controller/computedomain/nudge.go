@@ -126,6 +126,12 @@ func (c *Controller) nextNudge(pod *corev1.Pod, st nudgeState) (n int, due time.
 	return n, due, true
 }
 
+// nudgeBody is the merge patch of nudge n: NudgeAnnotation and nothing
+// else (the chart's admission policy admits nothing else).
+func nudgeBody(n int) ([]byte, error) {
+	return json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{NudgeAnnotation: strconv.Itoa(n)}}})
+}
+
 // onPodEvent handles an event of a pod of the driver's namespace: its
 // domain's status is synced, and a daemon pod is checked for a nudge.
 func (c *Controller) onPodEvent(obj any) {
@@ -194,8 +200,7 @@ func (c *Controller) syncNudge(ctx context.Context, k string) error {
 		c.nudges.queue.AddAfter(k, wait)
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		NudgeAnnotation: strconv.Itoa(n)}}})
+	patch, err := nudgeBody(n)
 	if err != nil {
 		return fmt.Errorf("encode the nudge of pod %s: %w", k, err)
 	}
