@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/internal/controller/certs"
+	"github.com/gpudra/gpudra/internal/controller/computedomain"
 	"github.com/gpudra/gpudra/internal/controller/deviceclass"
 	"github.com/gpudra/gpudra/internal/controller/webhook"
 	"github.com/gpudra/gpudra/internal/shared/compat"
@@ -67,7 +69,10 @@ type Options struct {
 	// image (empty: no DaemonSets).
 	ComputeDomains     bool
 	ComputeDomainImage string
-	PerModelClasses    bool
+	// ComputeDomainNudgeAfter is when an IMEX daemon pod whose sandbox the
+	// kubelet has not created gets its first nudge; 0: none.
+	ComputeDomainNudgeAfter time.Duration
+	PerModelClasses         bool
 	// ExtendedResourceName for the gpu.gpudra.io class; empty leaves it out.
 	ExtendedResourceName string
 	// PerProfileMIGClasses keeps one class per MIG profile; each gets the
@@ -151,6 +156,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ComputeDomainImage, "compute-domain-daemon-image", "",
 		"Image of the IMEX daemon pods the ComputeDomain controller creates (the chart sets the gpudra image); "+
 			"empty: no IMEX DaemonSets are created (templates and status still are).")
+	fs.DurationVar(&o.ComputeDomainNudgeAfter, "compute-domain-daemon-nudge-after", DefaultComputeDomainNudgeAfter,
+		"How long after its scheduling an IMEX daemon pod whose sandbox its kubelet has not created (its DRA prepare failed) gets "+
+			"an annotation change that makes the kubelet sync it, and so retry the prepare, at once; then after twice as long each "+
+			"time, "+strconv.Itoa(computedomain.MaxNudges)+" times at most. The kubelet itself retries a failed prepare only at its "+
+			"periodic resync, after 60 to 90 seconds (kubernetes#139836). 0: no nudges.")
 	fs.BoolVar(&o.PerModelClasses, "per-model-classes", true,
 		"Also keep one DeviceClass per GPU model found in ResourceSlices, e.g. h100-80gb-hbm3.gpu.gpudra.io.")
 	fs.StringVar(&o.ExtendedResourceName, "extended-resource-name", "",
@@ -169,6 +179,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // models and MIG profiles than a cluster has (a MIG-capable model has fewer
 // than ten profiles).
 const DefaultMaxDerivedClasses = 64
+
+// DefaultComputeDomainNudgeAfter is --compute-domain-daemon-nudge-after's
+// default: the node authorizer's race that fails a daemon pod's first claim
+// read lasts milliseconds, and a daemon pod that prepares normally has its
+// sandbox within a second or two.
+const DefaultComputeDomainNudgeAfter = 5 * time.Second
 
 // validateOnce runs Validate unless it has succeeded before, so that the
 // names are resolved once however many entry points check the options.
@@ -201,6 +217,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	} else {
 		o.names, o.DriverName = names, names.Driver
+	}
+	if o.ComputeDomainNudgeAfter < 0 {
+		errs = append(errs, fmt.Errorf("--compute-domain-daemon-nudge-after=%s: must be 0 (no nudges) or positive", o.ComputeDomainNudgeAfter))
 	}
 	if o.MaxDerivedClasses < 0 {
 		errs = append(errs, fmt.Errorf("--max-derived-classes=%d: must be 0 (no limit) or positive", o.MaxDerivedClasses))

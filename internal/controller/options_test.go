@@ -43,6 +43,7 @@ func TestFlagsAndEnv(t *testing.T) {
 	assert.True(t, o.LeaderElect)
 	assert.True(t, o.PerModelClasses)
 	assert.Equal(t, DefaultMaxDerivedClasses, o.MaxDerivedClasses)
+	assert.Equal(t, 5*time.Second, o.ComputeDomainNudgeAfter)
 	assert.Empty(t, o.ExtendedResourceName)
 	assert.Equal(t, compat.Default(), o.Names())
 
@@ -67,6 +68,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--namespace="}, wantErr: "--namespace (or $POD_NAMESPACE) is required"},
 		{args: []string{"--webhook-port=0"}, wantErr: "--webhook-port=0: must be a port"},
 		{args: []string{"--max-derived-classes=-1"}, wantErr: "--max-derived-classes=-1: must be 0 (no limit) or positive"},
+		{args: []string{"--compute-domain-daemon-nudge-after=-1s"}, wantErr: "--compute-domain-daemon-nudge-after=-1s: must be 0 (no nudges) or positive"},
+		{args: []string{"--compute-domain-daemon-nudge-after=0"}},
 		{args: []string{"--metrics-port=9443"}, wantErr: "must differ"},
 		{args: []string{"--kube-api-qps=0"}, wantErr: "must be positive"},
 		{args: []string{"--cert-mode=acme"}, wantErr: `--cert-mode="acme": must be one of [self-managed secret files]`},

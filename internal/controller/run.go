@@ -225,7 +225,8 @@ func runLeaderWork(ctx context.Context, opts *Options, cs clients, holder *certs
 	}
 	if opts.ComputeDomains && cs.dyn != nil {
 		cfg := computedomain.Config{Client: client, Dynamic: cs.dyn, Names: opts.Names(), Namespace: opts.Namespace,
-			DaemonImage: opts.ComputeDomainImage, Recorder: recorder, Metrics: m.computeDomains}
+			DaemonImage: opts.ComputeDomainImage, Recorder: recorder, Metrics: m.computeDomains,
+			DaemonPodNudgeAfter: opts.ComputeDomainNudgeAfter}
 		wg.Go(func() {
 			// It waits, without failing, while no ComputeDomain CRD is
 			// served: the DeviceClasses above do not depend on it.

@@ -83,6 +83,17 @@ func EvalWrite(v validating.Validator, userName string, gvr schema.GroupVersionR
 // EvalWriteAs is EvalWrite by the user u (e.g. with the node name a
 // pod-bound token carries in its extra).
 func EvalWriteAs(v validating.Validator, u user.Info, gvr schema.GroupVersionResource, kind string, obj, old runtime.Object) (bool, []string) {
+	return evalWrite(v, u, gvr, "", kind, obj, old)
+}
+
+// EvalSubresourceWrite is EvalWrite of a subresource (e.g. a pod's status).
+func EvalSubresourceWrite(v validating.Validator, userName string, gvr schema.GroupVersionResource, subresource, kind string,
+	obj, old runtime.Object) (bool, []string) {
+	return evalWrite(v, &user.DefaultInfo{Name: userName}, gvr, subresource, kind, obj, old)
+}
+
+func evalWrite(v validating.Validator, u user.Info, gvr schema.GroupVersionResource, subresource, kind string,
+	obj, old runtime.Object) (bool, []string) {
 	op, opts, named := admission.Update, runtime.Object(&metav1.UpdateOptions{}), obj
 	switch {
 	case old == nil:
@@ -92,7 +103,7 @@ func EvalWriteAs(v validating.Validator, u user.Info, gvr schema.GroupVersionRes
 	}
 	m, _ := named.(metav1.Object)
 	gvk := gvr.GroupVersion().WithKind(kind)
-	attrs := admission.NewAttributesRecord(obj, old, gvk, m.GetNamespace(), m.GetName(), gvr, "", op, opts, false, u)
+	attrs := admission.NewAttributesRecord(obj, old, gvk, m.GetNamespace(), m.GetName(), gvr, subresource, op, opts, false, u)
 	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk}
 	if obj != nil {
 		versioned.VersionedObject = admission.NewLazyObject(obj)

@@ -29,8 +29,10 @@ import (
 // a release name of its own, removed afterwards) and acts as that
 // ServiceAccount: its RBAC lets it create any DeviceClass and any Secret in
 // its namespace, the policies confine it to the classes it writes, its
-// certificate Secret and the DaemonSets of ComputeDomains. Every write is a
-// dry run.
+// certificate Secret and the DaemonSets of ComputeDomains, its Role's patch
+// on pods to the one annotation of its IMEX daemon pods (the -pods policy;
+// internal/controller/computedomain's TestChartConfinesNudges checks the
+// admitted changes offline). Every write is a dry run.
 func TestHelmControllerAdmissionPolicy(t *testing.T) {
 	skipWithoutHelm(t)
 	ns := namespace(t)
@@ -46,9 +48,9 @@ func TestHelmControllerAdmissionPolicy(t *testing.T) {
 			}
 		}
 	}
-	if len(objs) != 11 {
-		t.Fatalf("found %d controller RBAC and policy objects, want 11 (ServiceAccount, two roles and bindings, "+
-			"three policies and bindings)", len(objs))
+	if len(objs) != 13 {
+		t.Fatalf("found %d controller RBAC and policy objects, want 13 (ServiceAccount, two roles and bindings, "+
+			"four policies and bindings)", len(objs))
 	}
 	path := writeList(t, objs)
 	if out, err := kubectl("apply", "-f", path); err != nil {
@@ -59,6 +61,7 @@ func TestHelmControllerAdmissionPolicy(t *testing.T) {
 	waitPolicyTypeChecked(t, classPolicy)
 	waitPolicyTypeChecked(t, secretPolicy)
 	waitPolicyTypeChecked(t, domainPolicy)
+	waitPolicyTypeChecked(t, name+"-pods")
 
 	c := impersonate(t, "system:serviceaccount:"+ns+":"+name, "")
 	other := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: release + ".example.com",

@@ -277,7 +277,7 @@ func checkDefault(t *testing.T, _ string, objs []*unstructured.Unstructured) {
 		t.Errorf("plugin env from the downward API %v, want NODE_NAME and POD_UID", env)
 	}
 	checkControllerArgs(t, objs, "--cert-mode=self-managed", "--extended-resource-name=nvidia.com/gpu", "--per-model-classes=true", "--max-derived-classes=64",
-		"--compute-domains=true")
+		"--compute-domains=true", "--compute-domain-daemon-nudge-after=5s")
 	checkWebhookMirrorsRecommended(t, objs)
 	if len(find(objs, "DeviceClass")) != 0 {
 		t.Error("DeviceClasses rendered although the controller manages them")

@@ -56,10 +56,11 @@ func TestHelmControllerRBACLeastPrivilege(t *testing.T) {
 		"admissionregistration.k8s.io/validatingwebhookconfigurations get,list,update,watch " + name,
 		// The ComputeDomain controller (computeDomains.controller, on by
 		// default): its IMEX DaemonSets (updated after an upgrade) and their
-		// pods in its namespace, the domains' templates anywhere, finalizer
-		// and status patches.
+		// pods in its namespace (patched to nudge their kubelet, confined to
+		// that one annotation of daemon pods by the -pods admission policy),
+		// the domains' templates anywhere, finalizer and status patches.
 		"apps/daemonsets create,delete,list,update,watch ",
-		"core/pods list,watch ",
+		"core/pods list,patch,watch ",
 		"resource.gpudra.io/computedomains list,patch,watch ",
 		"resource.gpudra.io/computedomains/status patch ",
 		"resource.k8s.io/resourceclaimtemplates create,delete,list,watch ",

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/internal/shared/compat"
@@ -66,6 +67,13 @@ type Config struct {
 	// DiscoveryInterval is how often Run checks which ComputeDomain CRDs
 	// are served. 30s when zero.
 	DiscoveryInterval time.Duration
+	// DaemonPodNudgeAfter is how long after its scheduling an IMEX daemon
+	// pod whose sandbox the kubelet has not created gets its first nudge
+	// (NudgeAnnotation), the next ones after twice as long each time; zero:
+	// no nudges.
+	DaemonPodNudgeAfter time.Duration
+	// Clock of the nudges; the real clock when nil.
+	Clock clock.WithTicker
 }
 
 func (c *Config) defaults() {
@@ -80,6 +88,9 @@ func (c *Config) defaults() {
 	}
 	if c.Names.Driver == "" {
 		c.Names = compat.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
 	}
 }
 
@@ -115,6 +126,7 @@ type Controller struct {
 	synced                              []cache.InformerSynced
 
 	queue, statusQueue workqueue.TypedRateLimitingInterface[key]
+	nudges             *nudges // nil: off
 
 	conflictsMu sync.Mutex
 	conflicts   map[string]string // object -> resourceVersion already reported
@@ -141,7 +153,7 @@ func New(cfg Config, served []schema.GroupVersionResource) (*Controller, error) 
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "gpudra-computedomain"}),
 		statusQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[key](),
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "gpudra-computedomain-status"}),
-		conflicts: map[string]string{}, updates: map[string]update{},
+		conflicts: map[string]string{}, updates: map[string]update{}, nudges: newNudges(cfg),
 	}
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, 0)
 	for _, gvr := range served {
@@ -182,7 +194,7 @@ func New(cfg Config, served []schema.GroupVersionResource) (*Controller, error) 
 	for _, h := range []struct {
 		inf cache.SharedIndexInformer
 		fn  func(any)
-	}{{c.templates, c.onChild}, {c.daemonSets, c.onChild}, {c.pods, c.onPod}, {c.slices, c.onSlice}} {
+	}{{c.templates, c.onChild}, {c.daemonSets, c.onChild}, {c.pods, c.onPodEvent}, {c.slices, c.onSlice}} {
 		fn := h.fn
 		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: fn, UpdateFunc: func(_, obj any) { fn(obj) }, DeleteFunc: fn,
@@ -283,13 +295,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer c.queue.ShutDown()
 	defer c.statusQueue.ShutDown()
+	if c.nudges != nil {
+		defer c.nudges.queue.ShutDown()
+	}
 	logger := klog.FromContext(ctx)
 	groups := make([]string, 0, len(c.gvrs))
 	for _, gvr := range c.gvrs {
 		groups = append(groups, gvr.GroupVersion().String())
 	}
 	logger.Info("Starting the ComputeDomain controller", "versions", groups, "daemonNamespace", c.cfg.Namespace,
-		"channelClass", c.cd.ChannelClass, "daemonClass", c.cd.DaemonClass, "daemonImage", c.cfg.DaemonImage)
+		"channelClass", c.cd.ChannelClass, "daemonClass", c.cd.DaemonClass, "daemonImage", c.cfg.DaemonImage,
+		"daemonPodNudgeAfter", c.cfg.DaemonPodNudgeAfter)
 	if c.cfg.DaemonImage == "" {
 		logger.Info("No IMEX daemon image (--compute-domain-daemon-image): ComputeDomains get their templates and status but no DaemonSet")
 	}
@@ -308,9 +324,15 @@ func (c *Controller) Run(ctx context.Context) error {
 			wait.UntilWithContext(ctx, func(ctx context.Context) { c.drain(ctx, c.statusQueue, "status", c.syncStatus) }, time.Second)
 		})
 	}
+	if c.nudges != nil {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.drainNudges, time.Second) })
+	}
 	<-ctx.Done()
 	c.queue.ShutDown()
 	c.statusQueue.ShutDown()
+	if c.nudges != nil {
+		c.nudges.queue.ShutDown()
+	}
 	wg.Wait()
 	logger.Info("Stopped the ComputeDomain controller")
 	return nil

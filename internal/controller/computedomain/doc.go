@@ -18,6 +18,10 @@
 //     and the nodes' clique IDs (from the GPU driver's ResourceSlices): the
 //     controller is the only writer, patches without a resourceVersion, and
 //     coalesces bursts of pod events into one write per domain;
+//   - nudges the kubelet of a daemon pod whose sandbox it has not created
+//     some seconds after scheduling (a failed DRA prepare, which the kubelet
+//     retries only at its resync, kubernetes#139836) by changing one
+//     annotation, 4 times at most (nudge.go);
 //   - on deletion, deletes the DaemonSet and both templates and then removes
 //     its finalizer; children left by a domain that disappeared without the
 //     finalizer (or that was recreated under the same name) are deleted too.

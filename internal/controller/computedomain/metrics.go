@@ -1,6 +1,7 @@
 package computedomain
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,8 +16,8 @@ const (
 	MetricSyncSeconds = "gpudra_computedomain_sync_duration_seconds"
 	// MetricWrites counts the controller's API writes by object (finalizer,
 	// template, daemonset, status, delete, update: a DaemonSet brought to
-	// the controller's current spec) and result: success, conflict (HTTP
-	// 409), throttled (HTTP 429) or error.
+	// the controller's current spec, nudge: MetricNudges) and result:
+	// success, conflict (HTTP 409), throttled (HTTP 429) or error.
 	MetricWrites = "gpudra_computedomain_writes_total"
 	// MetricStatusUnchanged counts status syncs that wrote nothing because
 	// the status already was what the controller computed.
@@ -24,6 +25,11 @@ const (
 	// MetricServed is the number of ComputeDomain group versions the API
 	// server serves (0: no CRD installed, the controller waits).
 	MetricServed = "gpudra_computedomain_crds_served"
+	// MetricNudges counts the nudges (NudgeAnnotation) written on IMEX
+	// daemon pods whose sandbox the kubelet had not created, by attempt
+	// (1 ... MaxNudges). The patches are also counted in MetricWrites as
+	// object "nudge".
+	MetricNudges = "gpudra_computedomain_daemon_pod_nudges_total"
 )
 
 // Write results of MetricWrites.
@@ -41,6 +47,7 @@ type Metrics struct {
 	writes    *prometheus.CounterVec
 	unchanged prometheus.Counter
 	served    prometheus.Gauge
+	nudges    *prometheus.CounterVec
 }
 
 // NewMetrics registers the controller's metrics in reg.
@@ -57,8 +64,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "ComputeDomain status syncs that wrote nothing: the status was already up to date."}),
 		served: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricServed,
 			Help: "ComputeDomain group versions the API server serves; 0 while no ComputeDomain CRD is installed."}),
+		nudges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricNudges,
+			Help: "Nudges of the kubelet (an annotation change) for IMEX daemon pods whose sandbox it had not created, by attempt."},
+			[]string{"attempt"}),
 	}
-	for _, c := range []prometheus.Collector{m.syncs, m.duration, m.writes, m.unchanged, m.served} {
+	for _, c := range []prometheus.Collector{m.syncs, m.duration, m.writes, m.unchanged, m.served, m.nudges} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -108,5 +118,11 @@ func (m *Metrics) statusUnchanged() {
 func (m *Metrics) setServed(n int) {
 	if m != nil {
 		m.served.Set(float64(n))
+	}
+}
+
+func (m *Metrics) nudged(attempt int) {
+	if m != nil {
+		m.nudges.WithLabelValues(strconv.Itoa(attempt)).Inc()
 	}
 }

@@ -152,6 +152,19 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpudra.pluginName" . 
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpudra.controllerName" . }}
 {{- end -}}
 
+{{/*
+"true" when the ComputeDomain controller runs and nudges the kubelets of its
+IMEX daemon pods (computeDomains.daemonNudgeAfter is not a zero duration):
+then it may patch pods of the release namespace, confined by the -pods
+admission policy; empty otherwise.
+*/}}
+{{- define "gpudra.computeDomainNudge" -}}
+{{- $after := toString .Values.computeDomains.daemonNudgeAfter -}}
+{{- if and .Values.computeDomains.controller (not (regexMatch "^(0|(0+(\\.0*)?(ns|us|µs|ms|s|m|h))+)$" $after)) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "gpudra.certModeValid" -}}
 {{- if not (has .Values.controller.certMode (list "selfManaged" "certManager" "secret")) -}}
 {{- fail (printf "controller.certMode=%q: must be selfManaged, certManager or secret" .Values.controller.certMode) -}}
