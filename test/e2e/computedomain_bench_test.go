@@ -32,7 +32,9 @@ import (
 // then deletes pods and domain and waits until nothing of it is left.
 // Reported: ready-s (create to all Running), domain-ready-s (create to the
 // domain's status Ready with every node), pods, status-writes,
-// status-conflicts, status-throttled.
+// status-conflicts, status-throttled, daemon-nudges (the controller's
+// kubelet nudges of daemon pods whose DRA prepare failed, e.g. on the node
+// authorizer's race: docs/computedomains.md).
 //
 //	make bench-computedomain   (or: go test -tags e2e -run '^$' -bench ComputeDomain -benchtime 1x ./test/e2e)
 func BenchmarkComputeDomain(b *testing.B) {
@@ -130,6 +132,7 @@ func runDomainJob(b *testing.B, nodes []string) {
 	b.ReportMetric(writes("success"), "status-writes")
 	b.ReportMetric(writes("conflict"), "status-conflicts")
 	b.ReportMetric(writes("throttled"), "status-throttled")
+	b.ReportMetric(sumSeries(after, computedomain.MetricNudges, nil)-sumSeries(before, computedomain.MetricNudges, nil), "daemon-nudges")
 	b.Logf("%d-node domain, %d pods: all Running after %s, the domain Ready after %s", len(nodes), total,
 		elapsed.Round(100*time.Millisecond), domainReady.Round(100*time.Millisecond))
 
