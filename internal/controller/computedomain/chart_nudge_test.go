@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
-	"github.com/gpudra/gpudra/internal/shared/compat"
 	"github.com/gpudra/gpudra/test/chart"
 )
 
@@ -62,14 +61,7 @@ func mergePatch(t *testing.T, pod *corev1.Pod, patch []byte) *corev1.Pod {
 // of another pod of the namespace, no create, delete or subresource.
 // Other users are not checked.
 func TestChartConfinesNudges(t *testing.T) {
-	for _, tc := range []struct {
-		mode  string
-		args  []string
-		names compat.Names
-	}{
-		{"native", nil, compat.Default()},
-		{"nvidia", []string{"--set", "compatibility=nvidia"}, compat.MustResolve(compat.Flags{Compatibility: "nvidia"})},
-	} {
+	for _, tc := range chartModes() {
 		t.Run(tc.mode, func(t *testing.T) {
 			r := render(t, tc.args...)
 			require.Equal(t, []string{"list", "watch", "patch"}, podVerbs(t, tc.args...))

@@ -67,19 +67,27 @@ func render(t *testing.T, args ...string) rendered {
 	return r
 }
 
+// chartMode is one of the chart's two modes: its helm arguments and the
+// names the controller uses in it.
+type chartMode struct {
+	mode  string
+	args  []string
+	names compat.Names
+}
+
+func chartModes() []chartMode {
+	return []chartMode{
+		{"native", nil, compat.Default()},
+		{"nvidia", []string{"--set", "compatibility=nvidia"}, compat.MustResolve(compat.Flags{Compatibility: "nvidia"})},
+	}
+}
+
 // TestChartMatchesController: the chart grants the ComputeDomain groups the
 // controller serves in each mode, passes it the daemon image, and its
 // admission policy admits exactly the objects the controller makes (the
 // real ones, built by this package) and refuses what it never makes.
 func TestChartMatchesController(t *testing.T) {
-	for _, tc := range []struct {
-		mode  string
-		args  []string
-		names compat.Names
-	}{
-		{"native", nil, compat.Default()},
-		{"nvidia", []string{"--set", "compatibility=nvidia"}, compat.MustResolve(compat.Flags{Compatibility: "nvidia"})},
-	} {
+	for _, tc := range chartModes() {
 		t.Run(tc.mode, func(t *testing.T) {
 			r := render(t, tc.args...)
 			var want []string
