@@ -50,12 +50,15 @@ func TestDiscoverMatchesInProcess(t *testing.T) {
 
 			want, _ := inProcess(t, inRootProfile(root, profile))
 			require.NotEmpty(t, want.GPUs)
-			// PCIe root and NUMA node come from sysfs (empty here), the
-			// in-process server knows them without it.
+			// PCIe root, NUMA node and PCI IDs come from sysfs (empty
+			// here), the in-process server knows them without it.
 			for i := range want.GPUs {
 				require.Empty(t, got.GPUs[i].PCIeRoot)
 				require.Nil(t, got.GPUs[i].NUMANode)
+				require.Zero(t, got.GPUs[i].PCIVendorID)
+				require.Zero(t, got.GPUs[i].PCIDeviceID)
 				want.GPUs[i].PCIeRoot, want.GPUs[i].NUMANode = "", nil
+				want.GPUs[i].PCIVendorID, want.GPUs[i].PCIDeviceID = 0, 0
 			}
 			require.Equal(t, want, got)
 		})
