@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -175,10 +176,20 @@ spec:
 	if !strings.Contains(msg, "Sometimes") || !strings.Contains(msg, "TimeSlicing") {
 		t.Errorf("event should name the bad value and what is allowed: %q", msg)
 	}
-	p := pod(t, ns, "bad-params")
-	if p.Status.Phase != "Pending" || len(p.Status.ContainerStatuses) == 0 ||
+	// The kubelet records the event during the pod's sync and writes the
+	// pod's status through its status manager afterwards, asynchronously:
+	// the event can be seen before any container status is (a cold CI run
+	// read the status once, right after the event, and found none).
+	// Wait for the kubelet's status, then check the container was not
+	// created.
+	var p *v1.Pod
+	err = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		p = pod(t, ns, "bad-params")
+		return len(p.Status.ContainerStatuses) > 0, nil
+	})
+	if err != nil || p.Status.Phase != "Pending" || len(p.Status.ContainerStatuses) == 0 ||
 		p.Status.ContainerStatuses[0].State.Waiting == nil || p.Status.ContainerStatuses[0].State.Waiting.Reason != "ContainerCreating" {
-		t.Errorf("pod should stay in ContainerCreating, status: %+v", p.Status)
+		t.Errorf("pod should stay in ContainerCreating (%v), status: %+v", err, p.Status)
 	}
 }
 
