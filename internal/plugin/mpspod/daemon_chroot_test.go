@@ -73,12 +73,7 @@ func TestRunDaemonChrooted(t *testing.T) {
 		return err == nil && s.ActiveThreadPercentage == 30
 	}, 30*time.Second, 50*time.Millisecond, "the chrooted daemon answers and takes the settings")
 	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("RunDaemon did not return after its context ended")
-	}
+	requireDaemonReturned(t, done)
 	st, err := fakegpu.ReadMPSState(logDir)
 	require.NoError(t, err)
 	require.Equal(t, []string{gpuA}, st.Devices)

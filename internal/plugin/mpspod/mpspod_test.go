@@ -269,12 +269,7 @@ func TestRunDaemon(t *testing.T) {
 				}, 10*time.Second, 20*time.Millisecond)
 				cancel()
 			}
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Fatal("RunDaemon did not return after its context ended")
-			}
+			requireDaemonReturned(t, done)
 			st, err := fakegpu.ReadMPSState(logDir)
 			require.NoError(t, err, "the daemon started")
 			require.Equal(t, []string{gpuA}, st.Devices)
@@ -283,5 +278,17 @@ func TestRunDaemon(t *testing.T) {
 			out, _ := os.ReadFile(filepath.Join(logDir, "daemon.out"))
 			require.NotContains(t, strings.ToLower(string(out)), "panic")
 		})
+	}
+}
+
+// requireDaemonReturned waits for RunDaemon's result on done, after its
+// context ended, and requires it to be nil.
+func requireDaemonReturned(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunDaemon did not return after its context ended")
 	}
 }
