@@ -178,7 +178,9 @@ func (c *Controller) syncNudge(ctx context.Context, k string) error {
 	}
 	pod, _ := obj.(*corev1.Pod)
 	c.nudges.mu.Lock()
-	if !exists || pod == nil {
+	if !exists || pod == nil || !c.isDaemonPod(pod) {
+		// Gone, or not a daemon pod (the informer has every pod of the
+		// namespace): nothing to remember.
 		delete(c.nudges.state, k)
 		c.nudges.mu.Unlock()
 		return nil
