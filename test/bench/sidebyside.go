@@ -181,7 +181,7 @@ func writeSideBySide(b *strings.Builder, rows []SideRow, omitNotRun bool) {
 const measuredSource = "dra-example-driver, same run: its kubelet plugin (REFERENCE_PLUGIN, built from " +
 	"kubernetes-sigs/dra-example-driver's source; the report's machine table names it) started beside gpudra's " +
 	"by BenchmarkDRASock against the same API server, with its client rate limit lifted (--kube-api-qps=-1), " +
-	"8 simulated devices, each case run right after gpudra's. Its idle RSS has no simulated NVML library to map."
+	"8 simulated devices, each case run in blocks alternating with gpudra's (10 of each; 2 for the parallel callers). Its idle RSS has no simulated NVML library to map."
 
 func metString(met *bool) string {
 	if met == nil {

@@ -27,13 +27,9 @@ import (
 // prepare and unprepare (its phase histograms) and what a file creation
 // costs in the plugin's directory.
 
-// probe is a snapshot of CPU times and of the plugin's metrics.
-type probe struct {
-	cpu     map[string]float64 // seconds by process name; "total": busy time of the machine
-	metrics map[string]*dto.MetricFamily
-}
-
-// benchProbe takes snapshots for one plugin.
+// benchProbe reads, for one plugin, the CPU time of each process sharing
+// the machine (seconds by process name; "total": busy time of the machine)
+// and the plugin's metrics.
 type benchProbe struct {
 	pids    map[string]int // plugin, kube-apiserver, etcd, bench (this process)
 	metrics string         // the plugin's /metrics URL
@@ -55,44 +51,69 @@ func newBenchProbe(b *testing.B, plugin *benchPlugin) *benchProbe {
 	return p
 }
 
-func (p *benchProbe) take(b *testing.B) probe {
-	s := probe{cpu: map[string]float64{"total": machineBusySeconds(b)}}
+// cpu reads the CPU times of the probe's processes and of the machine.
+func (p *benchProbe) cpu(b *testing.B) map[string]float64 {
+	s := map[string]float64{"total": machineBusySeconds(b)}
 	for name, pid := range p.pids {
-		s.cpu[name] = processCPUSeconds(b, pid)
+		s[name] = processCPUSeconds(b, pid)
 	}
-	s.metrics = scrapeFamilies(b, p.metrics)
 	return s
 }
 
-// report adds the difference between two snapshots to b's metrics, per
-// cycle (one prepare and one unprepare call) and per claim.
-func (p *benchProbe) report(b *testing.B, before, after probe, cycles, claims int) {
+// scrape reads the plugin's metrics (nil for a plugin without them).
+func (p *benchProbe) scrape(b *testing.B) map[string]*dto.MetricFamily {
+	return scrapeFamilies(b, p.metrics)
+}
+
+// usage is what a probe saw over one or more spans of a case: the CPU
+// seconds of each process summed over the spans (the other driver's spans
+// fall between them), and the plugin's metrics before the first span and
+// after the last (its histograms move only in its own spans).
+type usage struct {
+	cpu           map[string]float64
+	before, after map[string]*dto.MetricFamily
+}
+
+// addSpan adds the CPU used between two readings of p.cpu.
+func (u *usage) addSpan(before, after map[string]float64) {
+	if u.cpu == nil {
+		u.cpu = map[string]float64{}
+	}
+	for name, v := range after {
+		u.cpu[name] += v - before[name]
+	}
+}
+
+// report adds what u saw to b's metrics, per cycle (one prepare and one
+// unprepare call) and per claim.
+func (u *usage) report(b *testing.B, cycles, claims int) {
 	perCycle := func(sec float64) float64 { return sec * 1000 / float64(cycles) }
-	other := after.cpu["total"] - before.cpu["total"]
+	other := u.cpu["total"]
 	for _, name := range []string{"plugin", "kube-apiserver", "etcd", "bench"} {
-		d := after.cpu[name] - before.cpu[name]
+		d := u.cpu[name]
 		other -= d
 		b.ReportMetric(perCycle(d), "cpu-"+name+"-ms/cycle")
 	}
 	b.ReportMetric(perCycle(max(other, 0)), "cpu-other-ms/cycle")
-	if after.metrics == nil {
+	if u.after == nil {
 		return
 	}
+	before, after := u.before, u.after
 	for _, op := range []string{"prepare", "unprepare"} {
-		for phase, h := range histogramDelta(before.metrics, after.metrics, "gpudra_plugin_phase_duration_seconds",
+		for phase, h := range histogramDelta(before, after, "gpudra_plugin_phase_duration_seconds",
 			map[string]string{"operation": op}, "phase") {
 			b.ReportMetric(h.mean()*1e6, op+"-"+phase+"-µs")
 			b.ReportMetric(h.quantileBound(0.99)*1e6, op+"-"+phase+"-p99≤µs")
 		}
 	}
-	for method, h := range histogramDelta(before.metrics, after.metrics, "gpudra_plugin_call_duration_seconds", nil, "method") {
+	for method, h := range histogramDelta(before, after, "gpudra_plugin_call_duration_seconds", nil, "method") {
 		b.ReportMetric(h.mean()*1e6, "served-"+method+"-µs")
 	}
-	for _, h := range histogramDelta(before.metrics, after.metrics, "gpudra_plugin_claim_read_duration_seconds", nil, "") {
+	for _, h := range histogramDelta(before, after, "gpudra_plugin_claim_read_duration_seconds", nil, "") {
 		b.ReportMetric(h.mean()*1e6, "claim-read-µs")
 		b.ReportMetric(h.quantileBound(0.99)*1e6, "claim-read-p99≤µs")
 	}
-	writes := counterDelta(before.metrics, after.metrics, "gpudra_plugin_claim_status_writes_total", "result", "applied")
+	writes := counterDelta(before, after, "gpudra_plugin_claim_status_writes_total", "result", "applied")
 	b.ReportMetric(writes/float64(claims), "status-writes/claim-cycle")
 }
 

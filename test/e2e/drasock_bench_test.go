@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,7 +48,7 @@ func BenchmarkDRASock(b *testing.B) {
 	// cache (large folios) would be mapped whole and counted in its RSS.
 	targets := []*drasockTarget{newDRASockTarget(b, ns, "", startBenchPlugin(b, node, true), driver, "gpu.gpudra.io")}
 	// The reference driver (drasock_reference_test.go), when given, on a
-	// node of its own; each case runs on it right after gpudra.
+	// node of its own; each case alternates between the two in blocks.
 	const refNode = "ref-bench"
 	if os.Getenv("REFERENCE_PLUGIN") != "" {
 		fakeNode(b, refNode)
@@ -68,53 +66,33 @@ func BenchmarkDRASock(b *testing.B) {
 		return referenceName(c)
 	}
 
+	// Each case runs on every driver in interleaved blocks
+	// (drasock_interleave_test.go), from the first driver's sub-benchmark;
+	// the others' report what was measured there.
 	for _, c := range []struct {
 		name   string
-		claims func(t *drasockTarget) []*drapb.Claim
+		block  blockFunc
+		blocks int // per driver
+		report func(r *caseRun, b *testing.B)
 	}{
-		{"1-gpu-claim", func(t *drasockTarget) []*drapb.Claim { return t.single[:1] }},
-		{"8-gpu-claim", func(t *drasockTarget) []*drapb.Claim { return []*drapb.Claim{t.all} }},
-		{"8-claims-one-call", func(t *drasockTarget) []*drapb.Claim { return t.single }},
+		{"1-gpu-claim", sequentialCycles(func(t *drasockTarget) []*drapb.Claim { return t.single[:1] }), 10, (*caseRun).reportLatencies},
+		{"8-gpu-claim", sequentialCycles(func(t *drasockTarget) []*drapb.Claim { return []*drapb.Claim{t.all} }), 10, (*caseRun).reportLatencies},
+		{"8-claims-one-call", sequentialCycles(func(t *drasockTarget) []*drapb.Claim { return t.single }), 10, (*caseRun).reportLatencies},
+		// Fewer, longer blocks: the callers start and finish each block
+		// together, which a short block would mostly measure.
+		{"8-parallel-callers", parallelCallers, 2, (*caseRun).reportThroughput},
 	} {
-		for _, t := range targets {
-			claims := c.claims(t)
+		var runs []*caseRun
+		for i, t := range targets {
 			b.Run(name(t, c.name), func(b *testing.B) {
-				var prep, unprep []time.Duration
-				before := t.probe.take(b)
-				for i := 0; i < b.N; i++ {
-					p, u, err := cycle(t.dra, claims...)
-					if err != nil {
-						b.Fatal(err)
-					}
-					prep, unprep = append(prep, p), append(unprep, u)
+				// b.N is 1 on a sub-benchmark's first call; a driver whose
+				// sub-benchmark runs alone (-bench) measures for itself.
+				if i == 0 || runs == nil || runs[i].n < b.N {
+					runs = runInterleaved(b, targets, b.N, c.blocks, c.block)
 				}
-				t.probe.report(b, before, t.probe.take(b), b.N, b.N*len(claims))
-				report(b, "prepare", prep)
-				report(b, "unprepare", unprep)
+				c.report(runs[i], b)
 			})
 		}
-	}
-	for _, t := range targets {
-		b.Run(name(t, "8-parallel-callers"), func(b *testing.B) {
-			per := max(1, b.N/8)
-			before := t.probe.take(b)
-			start := time.Now()
-			var wg sync.WaitGroup
-			errs := make([]error, 8)
-			for w := 0; w < 8; w++ {
-				wg.Go(func() {
-					for i := 0; i < per && errs[w] == nil; i++ {
-						_, _, errs[w] = cycle(t.dra, t.single[w])
-					}
-				})
-			}
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(per*8)/time.Since(start).Seconds(), "cycles/s")
-			t.probe.report(b, before, t.probe.take(b), per*8, per*8)
-		})
 	}
 	for _, t := range targets {
 		b.Run(name(t, "plugin-memory"), func(b *testing.B) {
@@ -242,7 +220,7 @@ func benchGPUArgs(b *testing.B, dir, node string) []string {
 // admin kubeconfig (simulated dgx-h100 on a fake driver root, shipped defaults) and waits until it
 // serves dra.sock. A Node object of that name makes the slice publishable.
 //
-// GPUDRA_BENCH_DIR=<dir> puts its directories (CDI specs, checkpoint, locks)
+// GPUDRA_BENCH_DIR=<dir> puts its directories (checkpoint, locks, socket)
 // under dir instead of the test's temporary directory, e.g. on another
 // filesystem to see what the file system costs.
 //
@@ -279,7 +257,7 @@ func startBenchPlugin(b *testing.B, node string, coldFiles bool) *benchPlugin {
 	hook := filepath.Join(repoRoot, "_output", "images", "bin", "nvidia-cdi-hook")
 	p.start(b, "benchmark plugin", bin, append(gpuArgs, "--nvidia-cdi-hook-source", hook,
 		"--node-name", node, "--kubeconfig", kubeconfig,
-		"--cdi-root", filepath.Join(dir, "cdi"), "--kubelet-plugins-directory", filepath.Join(dir, "plugins"),
+		"--cdi-root", benchCDIRoot(b, dir), "--kubelet-plugins-directory", filepath.Join(dir, "plugins"),
 		"--kubelet-registrar-directory", registry, "--metrics-address", fmt.Sprintf("127.0.0.1:%d", port))...)
 	return p
 }

@@ -14,8 +14,8 @@ import (
 // REFERENCE_PLUGIN=<path to a dra-example-kubeletplugin binary> (built from
 // kubernetes-sigs/dra-example-driver's source; see docs/performance-method.md),
 // BenchmarkDRASock starts it beside gpudra's plugin, as a host process
-// against the same API server, and runs each case on it right after
-// gpudra's (sub-benchmarks reference-<case>). REFERENCE_PLUGIN_ARGS adds
+// against the same API server, and runs each case on both in alternating
+// blocks (drasock_interleave_test.go; sub-benchmarks reference-<case>). REFERENCE_PLUGIN_ARGS adds
 // flags; by default its client rate limit is lifted (--kube-api-qps=-1:
 // client-go then uses no limiter), as gpudra reads claims without one.
 
@@ -39,7 +39,7 @@ func startReferencePlugin(b *testing.B, node string) *benchPlugin {
 		socket:  filepath.Join(dir, "plugins", referenceDriver, "dra.sock"),
 		dataDir: filepath.Join(dir, "plugins", referenceDriver)}
 	args := []string{"--node-name", node, "--kubeconfig", kubeconfig, "--num-devices", "8",
-		"--cdi-root", filepath.Join(dir, "cdi"), "--kubelet-plugins-directory-path", filepath.Join(dir, "plugins"),
+		"--cdi-root", benchCDIRoot(b, dir), "--kubelet-plugins-directory-path", filepath.Join(dir, "plugins"),
 		"--kubelet-registrar-directory-path", registry, "--healthcheck-port", "-1", "--metrics-port", "-1"}
 	extra := "--kube-api-qps=-1"
 	if v, ok := os.LookupEnv("REFERENCE_PLUGIN_ARGS"); ok {
