@@ -111,7 +111,7 @@ bench-computedomain: $(E2E_DEPS) ## ComputeDomain create -> all pods Running and
 
 bench-drasock: $(E2E_DEPS) ## NodePrepare/NodeUnprepare over a plugin's dra.sock with the kubelet's gRPC API (a plugin process of its own against the containerd cluster's control plane)
 	@mkdir -p $(OUTPUT)/bench
-	$(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-200}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
+	$(GO) test -tags e2e -run '^$$' -bench DRASock -benchtime $${N:-1000}x -timeout 40m ./test/e2e/ | tee $(OUTPUT)/bench/drasock.txt
 
 test-faults: $(E2E_DEPS) images-failpoints ## Fault injection on the containerd cluster: the plugin pod killed at each failpoint under pod churn, kill -9 in a rollback past the kubelet's deadline, corrupt checkpoint, API outage, rolling update
 	set -o pipefail; $(GO) test -tags e2e,faults -count=1 -timeout 40m -run '^TestFaults$$' -v ./test/e2e/ 2>&1 | $(FAILED_TESTS)

@@ -188,7 +188,7 @@ func (r Report) WriteJSON(w io.Writer) error {
 func (r Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("# gpudra performance report\n\n")
-	for _, k := range []string{"date", "commit", "cpu", "cpus", "memory", "reference", "load before", "load after"} {
+	for _, k := range []string{"date", "commit", "cpu", "cpus", "memory", "filesystem", "cdi", "reference", "load before", "load after"} {
 		if v, ok := r.Machine[k]; ok && v != "" {
 			fmt.Fprintf(&b, "- %s: %s\n", k, v)
 		}

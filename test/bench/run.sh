@@ -4,7 +4,7 @@
 # drivers, machine) and performance.md, the page `make bench-docs` copies to
 # docs/performance.md. The raw `go test -bench` outputs stay next to them.
 #
-# Environment: N_DRASOCK (dra.sock iterations, 200), N_PODS (pods per case,
+# Environment: N_DRASOCK (dra.sock iterations per driver, 1000: a p99 is then the 10th slowest), N_PODS (pods per case,
 # 50), N_START (plugin starts, 5), KEEP_CLUSTER=1 (leave the cluster up),
 # BENCH_ONLY (space-separated subset of: unit drasock startup controller pods scale),
 # SCALE_CLAIMS (claims of the in-process allocator benchmark; default 800 on
@@ -41,7 +41,7 @@ if [[ $only == *" unit "* ]]; then
 	echo "== unit: go test -run '^\$' -bench . -benchtime 2000x ./internal/plugin/prepare/"
 	go test -run '^$' -bench . -benchtime 2000x ./internal/plugin/prepare/ | tee "$out/unit.txt"
 fi
-e2e drasock 'DRASock' "${N_DRASOCK:-200}x"
+e2e drasock 'DRASock' "${N_DRASOCK:-1000}x"
 e2e startup 'PluginStartup' "${N_START:-5}x"
 e2e controller 'ControllerMemory' 1x
 e2e pods 'PodCreateToRunning' "${N_PODS:-50}x"
@@ -64,6 +64,7 @@ go run ./test/cmd/bench-report -out "$out" \
 	-machine "cpus=$(nproc)" \
 	-machine "memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)" \
 	-machine "filesystem=$(findmnt -no FSTYPE,SOURCE -T "${GPUDRA_BENCH_DIR:-${TMPDIR:-/tmp}}" 2>/dev/null | tr -s ' ' || echo unknown)" \
+	-machine "cdi=$(findmnt -no FSTYPE,SOURCE -T "${GPUDRA_BENCH_CDI_DIR:-/dev/shm}" 2>/dev/null | tr -s ' ' || echo unknown)" \
 	-machine "go=$(go env GOVERSION)" \
 	-machine "kubernetes=$(cat _output/bin/.kube-apiserver.version 2>/dev/null || echo unknown)" \
 	-machine "containerd=$(cat _output/bin/.containerd.version 2>/dev/null || echo unknown)" \
