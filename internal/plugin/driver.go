@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -259,6 +260,11 @@ func Start(ctx context.Context, o *Options, client kubernetes.Interface, fatal c
 		}
 		driver.background.Wait()
 	}
+	// Start-up (discovery, nvcdi's scan of the driver root, recovery, the
+	// slice) left garbage that the runtime returns to the kernel only at its
+	// own slow pace; the plugin idles on every GPU node, so return it now
+	// (docs/design/prepare-costs.md#memory).
+	debug.FreeOSMemory()
 	logger.Info("gpu-kubelet-plugin running", "node", o.NodeName, "driver", o.DriverName, "gpus", len(gpus.Node.GPUs),
 		"cdiRoot", o.CDIRoot, "dataDir", o.PluginDataDir())
 	return &Plugin{Helper: helper, Manager: manager, MetricsAddr: metricsAddr, gpus: gpus, leader: leader,

@@ -99,6 +99,12 @@ func (l *Library) Init() (ret nvml.Return) {
 	}
 	l.cur.Store(s)
 	l.refs = 1
+	// Loading the profile (YAML, the embedded models) leaves garbage that
+	// this library's own Go runtime would return to the kernel only slowly.
+	// NVIDIA's C library has no such heap: return it now, so that the
+	// memory measured in the plugin's process is less of what a node does
+	// not have (docs/design/prepare-costs.md#memory).
+	debug.FreeOSMemory()
 	return nvml.SUCCESS
 }
 
