@@ -106,6 +106,8 @@ var metrics = []metric{
 	{group: "memory", label: "plugin RSS, idle, anonymous only (heap, stacks; both Go runtimes: the plugin's and the simulated NVML's)", bench: "BenchmarkDRASock/plugin-memory", name: "rss-anon-idle-MiB", unit: "MiB"},
 	{group: "memory", label: "plugin PSS, idle, file-backed (binary and libraries)", bench: "BenchmarkDRASock/plugin-memory", name: "pss-file-idle-MiB", unit: "MiB"},
 	{group: "memory", label: "plugin RSS, idle, the simulated libnvidia-ml's mapped pages (a real node maps NVIDIA's C library instead)", bench: "BenchmarkDRASock/plugin-memory", name: "rss-nvml-lib-idle-MiB", unit: "MiB"},
+	{group: "memory", label: "what the simulated libnvidia-ml adds to an idle process (loaded and initialised alone: its mapped pages and its own Go runtime)", bench: "BenchmarkDRASock/plugin-memory", name: "rss-nvml-sim-MiB", unit: "MiB"},
+	{group: "memory", label: "plugin RSS, idle, less what the simulated libnvidia-ml adds (a node's C library has its own pages instead, not measured)", bench: "BenchmarkDRASock/plugin-memory", name: "rss-idle-less-nvml-sim-MiB", unit: "MiB"},
 	{group: "memory", label: "plugin RSS, peak (after the dra.sock load)", bench: "BenchmarkDRASock/plugin-memory", name: "rss-peak-MiB", unit: "MiB"},
 	{group: "memory", label: "controller RSS, idle", bench: "BenchmarkControllerMemory", name: "rss-idle-MiB", unit: "MiB"},
 	{group: "memory", label: "controller RSS, peak (after 200 webhook reviews)", bench: "BenchmarkControllerMemory", name: "rss-peak-MiB", unit: "MiB"},

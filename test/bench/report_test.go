@@ -134,7 +134,9 @@ func TestSideBySideWithReference(t *testing.T) {
 			"BenchmarkDRASock/reference-1-gpu-claim-2 200 1 ns/op 3.0 prepare-p50-ms 5.5 prepare-p99-ms\n"+
 			"BenchmarkDRASock/8-parallel-callers-2 200 1 ns/op 400 cycles/s\n"+
 			"BenchmarkDRASock/reference-8-parallel-callers-2 200 1 ns/op 300 cycles/s\n"+
-			"BenchmarkDRASock/8-claims-one-call-2 200 1 ns/op 9.5 prepare-p50-ms 30 prepare-p99-ms\n"), res))
+			"BenchmarkDRASock/8-claims-one-call-2 200 1 ns/op 9.5 prepare-p50-ms 30 prepare-p99-ms\n"+
+			"BenchmarkDRASock/plugin-memory-2 1 1 ns/op 47.0 rss-idle-MiB 11.0 rss-nvml-sim-MiB 36.0 rss-idle-less-nvml-sim-MiB\n"+
+			"BenchmarkDRASock/reference-plugin-memory-2 1 1 ns/op 42.0 rss-idle-MiB 42.0 rss-idle-less-nvml-sim-MiB\n"), res))
 	rows := map[string]SideRow{}
 	for _, r := range BuildSideBySide(res) {
 		rows[r.Figure] = r
@@ -145,6 +147,14 @@ func TestSideBySideWithReference(t *testing.T) {
 	par := rows["8 parallel callers (prepare+unprepare/s)"]
 	require.Equal(t, "300", par.Measured)
 	require.Equal(t, ptr(false), par.Behind, "more cycles per second is ahead")
+	rss := rows["idle RSS (MiB; reference: MB as quoted)"]
+	require.Equal(t, ptr(true), rss.Behind, "47.0 MiB as measured, with the simulated NVML library")
+	require.Equal(t, ptr(false), rss.Met)
+	less := rows["idle RSS less what the simulated libnvidia-ml adds (MiB)"]
+	require.Equal(t, "36.0", less.Gpudra)
+	require.Equal(t, "42.0", less.Measured)
+	require.Equal(t, ptr(false), less.Behind, "without the simulated library: ahead")
+	require.Nil(t, less.Met, "no target of its own: the 40 MiB target is on the figure as measured")
 	eight := rows["8 claims in one call (ms, p50 / p99)"]
 	require.Empty(t, eight.Measured, "no reference case in this run")
 	require.Nil(t, eight.Behind)

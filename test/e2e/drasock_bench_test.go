@@ -107,13 +107,16 @@ func BenchmarkDRASock(b *testing.B) {
 			b.ReportMetric(t.idleMem["Pss"], "pss-idle-MiB")
 			b.ReportMetric(t.idleMem["Pss_File"], "pss-file-idle-MiB")
 			b.ReportMetric(t.idleMem["Pss_Anon"], "pss-anon-idle-MiB")
+			// Less what the simulated libnvidia-ml adds to a process, for the
+			// figure a node's C library has instead (the reference loads none).
+			b.ReportMetric(t.idle-t.nvmlSim, "rss-idle-less-nvml-sim-MiB")
 			if t.prefix == "" {
 				// The simulated libnvidia-ml's own mapped pages, which the
 				// reference (no NVML) and a real node's C library do not
 				// have; its Go runtime's heap is in the anonymous figure.
 				b.ReportMetric(t.nvmlLib, "rss-nvml-lib-idle-MiB")
-			}
-			if t.prefix == "" {
+				b.ReportMetric(t.nvmlSim, "rss-nvml-sim-MiB")
+				b.ReportMetric(t.nvmlSimAnon, "rss-anon-nvml-sim-MiB")
 				b.ReportMetric(churn, "fs-create-remove-µs")
 			}
 		})
@@ -135,6 +138,9 @@ type drasockTarget struct {
 	idleAnon float64 // RssAnon, MiB
 	idleMem  map[string]float64
 	nvmlLib  float64 // RSS of the libnvidia-ml mappings, MiB
+	// What the simulated libnvidia-ml adds to an idle process (MiB of RSS
+	// and anonymous RSS; nvmlLibFootprint), 0 for a plugin without one.
+	nvmlSim, nvmlSimAnon float64
 }
 
 func newDRASockTarget(b *testing.B, ns, prefix string, plugin *benchPlugin, driverName, class string) *drasockTarget {
@@ -157,6 +163,9 @@ func (t *drasockTarget) readIdle(b *testing.B) {
 	t.idle, t.idleAnon = procMiB(b, t.pid, "VmRSS"), procMiB(b, t.pid, "RssAnon")
 	t.idleMem = smapsRollup(b, t.pid)
 	t.nvmlLib = mappedMiB(b, t.pid, "libnvidia-ml.so")
+	if t.plugin.nvmlLib != "" {
+		t.nvmlSim, t.nvmlSimAnon = nvmlLibFootprint(b, t.plugin.nvmlLib)
+	}
 }
 
 // cycle prepares and then unprepares claims in one call each.
@@ -192,6 +201,7 @@ type benchPlugin struct {
 	socket  string
 	log     string
 	dataDir string // checkpoint, locks, socket
+	nvmlLib string // the simulated libnvidia-ml in its fake driver root ("" without one)
 	// metricsURL is its /metrics (--metrics-address, on as the chart has it).
 	metricsURL string
 	started    time.Time // just before exec
@@ -248,8 +258,11 @@ func startBenchPlugin(b *testing.B, node string, coldFiles bool) *benchPlugin {
 		bin = b
 	}
 	gpuArgs := benchGPUArgs(b, dir, node)
+	libs, _ := filepath.Glob(filepath.Join(dir, "driver-root", "usr", "lib", "*", "libnvidia-ml.so.*.*"))
+	if len(libs) == 1 {
+		p.nvmlLib = libs[0]
+	}
 	if coldFiles {
-		libs, _ := filepath.Glob(filepath.Join(dir, "driver-root", "usr", "lib", "*", "libnvidia-ml.so.*.*"))
 		dropPageCache(b, append(libs, bin)...)
 	}
 	// The hook the image ships (make images builds it), installed into the
