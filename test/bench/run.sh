@@ -63,8 +63,8 @@ go run ./test/cmd/bench-report -out "$out" \
 	-machine "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
 	-machine "cpus=$(nproc)" \
 	-machine "memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)" \
-	-machine "filesystem=$(findmnt -no FSTYPE,SOURCE -T "${GPUDRA_BENCH_DIR:-${TMPDIR:-/tmp}}" 2>/dev/null | tr -s ' ' || echo unknown)" \
-	-machine "cdi=$(findmnt -no FSTYPE,SOURCE -T "${GPUDRA_BENCH_CDI_DIR:-/dev/shm}" 2>/dev/null | tr -s ' ' || echo unknown)" \
+	-machine "filesystem=$(findmnt -no FSTYPE,SOURCE -T "${GPUDRA_BENCH_DIR:-${TMPDIR:-/tmp}}" 2>/dev/null | tail -1 | tr -s ' ' || echo unknown)" \
+	-machine "cdi=$(findmnt -no FSTYPE,SOURCE -T "${GPUDRA_BENCH_CDI_DIR:-/dev/shm}" 2>/dev/null | tail -1 | tr -s ' ' || echo unknown)" \
 	-machine "go=$(go env GOVERSION)" \
 	-machine "kubernetes=$(cat _output/bin/.kube-apiserver.version 2>/dev/null || echo unknown)" \
 	-machine "containerd=$(cat _output/bin/.containerd.version 2>/dev/null || echo unknown)" \
