@@ -32,6 +32,9 @@ type Library struct {
 	SelfPaths func() []string
 	// Stderr receives init errors and the trace; os.Stderr when nil.
 	Stderr io.Writer
+	// OnOpen, when set, runs after an nvmlInit that built the simulated
+	// node (not after one that only counts).
+	OnOpen func()
 
 	mu   sync.Mutex // serializes Init and Shutdown
 	refs int
@@ -99,12 +102,9 @@ func (l *Library) Init() (ret nvml.Return) {
 	}
 	l.cur.Store(s)
 	l.refs = 1
-	// Loading the profile (YAML, the embedded models) leaves garbage that
-	// this library's own Go runtime would return to the kernel only slowly.
-	// NVIDIA's C library has no such heap: return it now, so that the
-	// memory measured in the plugin's process is less of what a node does
-	// not have (docs/design/prepare-costs.md#memory).
-	debug.FreeOSMemory()
+	if l.OnOpen != nil {
+		l.OnOpen()
+	}
 	return nvml.SUCCESS
 }
 

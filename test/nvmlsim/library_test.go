@@ -98,6 +98,27 @@ func TestInitErrors(t *testing.T) {
 	require.Equal(t, nvml.ERROR_UNINITIALIZED, f.l.Shutdown())
 }
 
+// OnOpen runs once per built node: not after a failed Init, not after one
+// that only counts, again after the last Shutdown and a new Init.
+func TestOnOpen(t *testing.T) {
+	f := newFixture(t, "l4")
+	opened := 0
+	f.l.OnOpen = func() { opened++ }
+	root := f.env[RootEnv]
+	f.env[RootEnv] = t.TempDir()
+	require.Equal(t, nvml.ERROR_DRIVER_NOT_LOADED, f.l.Init())
+	require.Zero(t, opened, "a failed Init")
+	f.env[RootEnv] = root
+	require.Equal(t, nvml.SUCCESS, f.l.Init())
+	require.Equal(t, nvml.SUCCESS, f.l.Init())
+	require.Equal(t, 1, opened, "the second Init only counts")
+	require.Equal(t, nvml.SUCCESS, f.l.Shutdown())
+	require.Equal(t, nvml.SUCCESS, f.l.Shutdown())
+	require.Equal(t, nvml.SUCCESS, f.l.Init())
+	require.Equal(t, 2, opened, "a new node after the last Shutdown")
+	require.Equal(t, nvml.SUCCESS, f.l.Shutdown())
+}
+
 func TestRefcount(t *testing.T) {
 	f := newFixture(t, "l4")
 	require.Equal(t, nvml.SUCCESS, f.l.Init())

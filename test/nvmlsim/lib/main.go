@@ -16,12 +16,25 @@ package main
 import "C"
 
 import (
+	"runtime/debug"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpudra/gpudra/test/nvmlsim"
 )
 
-var lib = nvmlsim.New(getenv, selfPaths)
+var lib = newLib()
+
+func newLib() *nvmlsim.Library {
+	l := nvmlsim.New(getenv, selfPaths)
+	// Loading the profile (YAML, the embedded models) leaves garbage that
+	// this library's own Go runtime would return to the kernel only slowly.
+	// NVIDIA's C library has no such heap: return it once the node is
+	// built, so that the memory measured in the plugin's process is less of
+	// what a node does not have (docs/design/prepare-costs.md#memory).
+	l.OnOpen = debug.FreeOSMemory
+	return l
+}
 
 func r(ret nvml.Return) int32 { return int32(ret) }
 
