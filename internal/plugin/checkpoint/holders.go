@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/shared/atomicfile"
+	"github.com/gpudra/gpudra/internal/shared/rawfile"
 )
 
 // Holder records that a claim holds a device of this node. Holders live next
@@ -29,7 +30,14 @@ type Holder struct {
 	Access string
 }
 
-const holdersDir = "holders"
+const (
+	holdersDir = "holders"
+	// holderReadSize fits "<access> <namespace>/<name>" of any claim.
+	holderReadSize = 512
+	// maxHolderSize bounds what is read of a holder file; past it the
+	// claim's name (used in messages only) is cut.
+	maxHolderSize = 4 << 10
+)
 
 func (s *Store) holderDir(device string) (string, error) {
 	if err := validateDeviceName(device); err != nil {
@@ -42,25 +50,60 @@ func (s *Store) holderDir(device string) (string, error) {
 // (a crash never leaves it empty or half written) but not fsynced: like
 // PrepareStarted, it only has to survive a crash of the process. Holders
 // skips the temp file of an interrupted write: its name is no UID.
-func (s *Store) AddHolder(device string, h Holder) error {
-	dir, err := s.holderDir(device)
-	if err != nil {
-		return err
-	}
+func (s *Store) AddHolder(device string, h Holder) error { return s.AddHolders(h, device) }
+
+// AddHolders marks h.ClaimUID as holding each of devices, with the same
+// content. The first holder is written as AddHolder does; the others are
+// hard links to it, so a claim of eight GPUs creates one file, not eight
+// (on a node's file system each new file costs an inode and a data block;
+// a link costs a directory entry). Readers see eight regular files with the
+// same content either way. Where a link cannot be made (the holder exists
+// from an interrupted attempt, or the file system refuses), that holder is
+// written on its own.
+func (s *Store) AddHolders(h Holder, devices ...string) error {
 	if err := model.ValidateUID(h.ClaimUID); err != nil {
-		return fmt.Errorf("add holder of %s: %w", device, err)
-	}
-	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return fmt.Errorf("add holder of %s: %w", device, err)
+		return fmt.Errorf("add holder: %w", err)
 	}
 	content := h.Access + " " + h.Claim
-	if err := atomicfile.Write(filepath.Join(dir, h.ClaimUID), fileMode, atomicfile.SyncNone, func(w io.Writer) error {
-		_, err := io.WriteString(w, content)
-		return err
-	}); err != nil {
-		return fmt.Errorf("add holder of %s: %w", device, err)
+	first := ""
+	for _, device := range devices {
+		dir, err := s.holderDir(device)
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(dir, h.ClaimUID)
+		if first != "" {
+			err := os.Link(first, path)
+			if errors.Is(err, fs.ErrNotExist) {
+				// The device has no holder directory yet.
+				if err := os.MkdirAll(dir, dirMode); err != nil {
+					return fmt.Errorf("add holder of %s: %w", device, err)
+				}
+				err = os.Link(first, path)
+			}
+			if err == nil {
+				continue
+			}
+		}
+		if err := writeHolder(dir, path, content); err != nil {
+			return fmt.Errorf("add holder of %s: %w", device, err)
+		}
+		if first == "" {
+			first = path
+		}
 	}
 	return nil
+}
+
+// writeHolder replaces the holder file path in dir by one with content.
+func writeHolder(dir, path, content string) error {
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return err
+	}
+	return atomicfile.Write(path, fileMode, atomicfile.SyncNone, func(w io.Writer) error {
+		_, err := io.WriteString(w, content)
+		return err
+	})
 }
 
 // RemoveHolder removes uid from the holders of device; missing is fine.
@@ -96,7 +139,7 @@ func (s *Store) Holders(device string) ([]Holder, error) {
 		if model.ValidateUID(e.Name()) != nil || !e.Type().IsRegular() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		b, err := rawfile.ReadFile(filepath.Join(dir, e.Name()), holderReadSize, maxHolderSize)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/gpudra/gpudra/internal/plugin/model"
 	"github.com/gpudra/gpudra/internal/shared/atomicfile"
+	"github.com/gpudra/gpudra/internal/shared/rawfile"
 	"io"
 	"io/fs"
 	"os"
@@ -20,6 +21,9 @@ const (
 	fileSuffix = ".json"
 	dirMode    = 0o700
 	fileMode   = 0o600
+	// recordReadSize is the buffer a record read starts with: a 1-GPU
+	// record is about 600 bytes, one of eight GPUs about 2 KiB.
+	recordReadSize = 4 << 10
 )
 
 // Options configure a Store.
@@ -229,18 +233,13 @@ func (s *Store) Get(uid string) (*ClaimRecord, error) {
 
 // read loads and verifies one record file named after uid.
 func (s *Store) read(uid, path string) (*ClaimRecord, error) {
-	f, err := os.Open(path)
+	// One byte past the limit, so that decode can tell an oversized file.
+	b, err := rawfile.ReadFile(path, recordReadSize, maxRecordSize)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("read checkpoint record: %w", err)
-	}
-	defer f.Close()
-	// Read one byte past the limit so that decode can tell an oversized file.
-	b, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoint record %s: %w", path, err)
 	}
 	rec, cerr := decode(b)
 	if cerr != nil {

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/internal/shared/rawfile"
 )
 
 // deviceLocks are file locks (flock) in a directory that every plugin
@@ -100,7 +101,7 @@ func (l *deviceLocks) lockClaim(uid string, keep func() bool) (func(), error) {
 
 // openLocked opens (creating) path and takes an exclusive flock on it.
 func openLocked(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := rawfile.Open(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}

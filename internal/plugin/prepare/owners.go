@@ -56,11 +56,21 @@ func (m *Manager) otherHolder(device, claimUID string) (checkpoint.Holder, bool,
 }
 
 // hold records that the claim of rec holds its devices. The caller holds the
-// devices' locks, and rec is already in the checkpoint.
+// devices' locks, and rec is already in the checkpoint. Devices held with
+// the same access share one holder file (checkpoint.Store.AddHolders).
 func (m *Manager) hold(rec *checkpoint.ClaimRecord) error {
+	byAccess := map[access][]string{}
+	var order []access
 	for _, d := range rec.Devices {
-		h := checkpoint.Holder{ClaimUID: rec.UID, Claim: rec.Namespace + "/" + rec.Name, Access: string(accessOf(d))}
-		if err := m.cfg.Checkpoints.AddHolder(d.Name, h); err != nil {
+		a := accessOf(d)
+		if _, seen := byAccess[a]; !seen {
+			order = append(order, a)
+		}
+		byAccess[a] = append(byAccess[a], d.Name)
+	}
+	for _, a := range order {
+		h := checkpoint.Holder{ClaimUID: rec.UID, Claim: rec.Namespace + "/" + rec.Name, Access: string(a)}
+		if err := m.cfg.Checkpoints.AddHolders(h, byAccess[a]...); err != nil {
 			return tag(errCheckpoint, err)
 		}
 	}

@@ -28,9 +28,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"github.com/gpudra/gpudra/internal/shared/rawfile"
 )
 
 // tempInfix separates the target's name from the random part of a temp
@@ -81,7 +85,7 @@ func Write(path string, perm os.FileMode, sync Sync, fill func(io.Writer) error)
 	if dir == "" {
 		dir = "."
 	}
-	f, err := os.CreateTemp(dir, "."+base+tempInfix+"*")
+	f, err := createTemp(dir, base)
 	if err != nil {
 		return fmt.Errorf("write %s: create a temp file next to it: %w; check that the directory exists and is writable", path, err)
 	}
@@ -98,7 +102,7 @@ func Write(path string, perm os.FileMode, sync Sync, fill func(io.Writer) error)
 	if err = fill(f); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if perm != 0o600 { // CreateTemp's mode
+	if perm != tempMode {
 		if err = f.Chmod(perm); err != nil {
 			return fmt.Errorf("write %s: set mode %v: %w", path, perm, err)
 		}
@@ -115,7 +119,7 @@ func Write(path string, perm os.FileMode, sync Sync, fill func(io.Writer) error)
 	if beforeRename != nil {
 		beforeRename(tmp)
 	}
-	if err = os.Rename(tmp, path); err != nil {
+	if err = rawfile.Rename(tmp, path); err != nil {
 		return fmt.Errorf("write %s: rename %s into place: %w", path, tmp, err)
 	}
 	if sync == SyncAll {
@@ -126,6 +130,22 @@ func Write(path string, perm os.FileMode, sync Sync, fill func(io.Writer) error)
 		}
 	}
 	return nil
+}
+
+// tempMode is the mode a temp file is created with.
+const tempMode = 0o600
+
+// createTemp creates a new temp file for dir/base, as os.CreateTemp does
+// but with rawfile's system calls.
+func createTemp(dir, base string) (*os.File, error) {
+	for try := 0; ; try++ {
+		name := filepath.Join(dir, "."+base+tempInfix+strconv.FormatUint(uint64(rand.Uint32()), 10))
+		f, err := rawfile.Open(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, tempMode)
+		if errors.Is(err, fs.ErrExist) && try < 100 {
+			continue
+		}
+		return f, err
+	}
 }
 
 // SyncDir fsyncs directory dir, so that the renames, creations and
