@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,7 +78,7 @@ func (f *fabricFixture) newAPIServer() {
 
 func (f *fabricFixture) fault(lines string) {
 	f.t.Helper()
-	require.NoError(f.t, os.WriteFile(filepath.Join(f.o.NvidiaDriverRoot, fakedriver.FaultFile), []byte(lines), 0o600))
+	require.NoError(f.t, fakedriver.WriteFaults(f.o.NvidiaDriverRoot, lines))
 }
 
 // start starts the plugin; stop ends it (also at the test's end).

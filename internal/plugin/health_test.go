@@ -116,7 +116,7 @@ func TestHealthPath(t *testing.T) {
 	}
 	client.PrependReactor("create", "resourceslices", refuse)
 	client.PrependReactor("update", "resourceslices", refuse)
-	require.NoError(t, os.WriteFile(filepath.Join(o.NvidiaDriverRoot, fakedriver.FaultFile), []byte("gpu-5 xid 79\n"), 0o600))
+	require.NoError(t, fakedriver.WriteFaults(o.NvidiaDriverRoot, "gpu-5 xid 79\n"))
 	poll("NoExecute taint on gpu-5", func() bool {
 		ts := taints()
 		return len(ts) > 0 && ts[len(ts)-1].Key == "gpu.gpudra.io/xid" && ts[len(ts)-1].Effect == resourceapi.DeviceTaintEffectNoExecute
@@ -143,7 +143,7 @@ func TestHealthPath(t *testing.T) {
 		return false
 	})
 
-	require.NoError(t, os.WriteFile(filepath.Join(o.NvidiaDriverRoot, fakedriver.FaultFile), nil, 0o600))
+	require.NoError(t, fakedriver.WriteFaults(o.NvidiaDriverRoot, ""))
 	poll("taint removed after the repair", func() bool { return len(taints()) == 0 })
 	awaitHealth(drahealth.HealthStatus_HEALTHY)
 

@@ -34,7 +34,7 @@ import (
 // bus and answers nothing, across plugin restarts, until the line goes.
 func (f *lostFixture) fault(lines string) {
 	f.t.Helper()
-	require.NoError(f.t, os.WriteFile(filepath.Join(f.o.NvidiaDriverRoot, fakedriver.FaultFile), []byte(lines), 0o600))
+	require.NoError(f.t, fakedriver.WriteFaults(f.o.NvidiaDriverRoot, lines))
 }
 
 // lostFixture is a plugin on a fake driver root of a simulated dgx-h100

@@ -70,7 +70,7 @@ func TestRollingUpdateOnePublisher(t *testing.T) {
 		_, ok := gpu5Taints()
 		return ok, nil
 	}), "the old instance publishes")
-	require.NoError(t, os.WriteFile(filepath.Join(base.NvidiaDriverRoot, fakedriver.FaultFile), []byte("gpu-5 lost\n"), 0o600))
+	require.NoError(t, fakedriver.WriteFaults(base.NvidiaDriverRoot, "gpu-5 lost\n"))
 	instance("new-pod", true)
 
 	// The new instance sees the fault within its first probes (50 ms);
@@ -135,7 +135,7 @@ func TestHealthSurvivesRestart(t *testing.T) {
 	}
 
 	stop := start()
-	require.NoError(t, os.WriteFile(filepath.Join(o.NvidiaDriverRoot, fakedriver.FaultFile), []byte("gpu-5 xid 95\n"), 0o600))
+	require.NoError(t, fakedriver.WriteFaults(o.NvidiaDriverRoot, "gpu-5 xid 95\n"))
 	var before []resourceapi.DeviceTaint
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		before = gpu5Taints()

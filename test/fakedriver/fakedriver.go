@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 	"github.com/gpudra/gpudra/test/fakegpu"
 	"github.com/gpudra/gpudra/test/sim"
 )
@@ -301,6 +302,16 @@ func (w *writer) stateDir() {
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		w.file(FaultFile, []byte(faultFileHeader), 0o644)
 	}
+}
+
+// WriteFaults replaces the fault file of the fake driver root root by
+// lines (test/sim/faultfile.go), atomically. The simulated libnvidia-ml of a
+// running plugin reads that file every poll; os.WriteFile empties it before
+// writing, and a poll in between reads no faults at all: every GPU repaired
+// and every fabric line gone for one poll, a change the plugin then
+// publishes.
+func WriteFaults(root, lines string) error {
+	return atomicfile.WriteFile(filepath.Join(root, FaultFile), []byte(lines), 0o644)
 }
 
 const faultFileHeader = `# Faults of this simulated node, one per line (see test/sim/faultfile.go):

@@ -119,7 +119,7 @@ func (c *Cluster) ClearFaults(node string) error {
 	if _, err := c.nodeIndex(node); err != nil {
 		return err
 	}
-	return os.WriteFile(c.FaultFile(node), nil, 0o644)
+	return fakedriver.WriteFaults(c.Node(node).DriverRoot(), "")
 }
 
 // NvidiaSMI runs the fake nvidia-smi of the node's driver root, as an

@@ -182,7 +182,7 @@ func TestFabricWaitStopped(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	e.o.healthListener = l
-	require.NoError(t, os.WriteFile(filepath.Join(e.o.NvidiaDriverRoot, fakedriver.FaultFile), []byte(fabricLines("in-progress")), 0o644))
+	require.NoError(t, fakedriver.WriteFaults(e.o.NvidiaDriverRoot, fabricLines("in-progress")))
 	done := make(chan error, 1)
 	go func() {
 		_, err := Start(ctx, e.o, e.client, e.dyn, cancel)
