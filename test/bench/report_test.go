@@ -125,8 +125,8 @@ func TestDocsPage(t *testing.T) {
 }
 
 // With the reference driver in the same run (REFERENCE_PLUGIN), each
-// dra.sock figure gets its counterpart and whether gpudra is behind it, on
-// the figure the target is on.
+// dra.sock figure gets its counterpart and whether gpudra is behind it: on
+// the p50 or, where there is one, the p99.
 func TestSideBySideWithReference(t *testing.T) {
 	res := Results{}
 	require.NoError(t, Parse(strings.NewReader(
@@ -135,6 +135,8 @@ func TestSideBySideWithReference(t *testing.T) {
 			"BenchmarkDRASock/8-parallel-callers-2 200 1 ns/op 400 cycles/s\n"+
 			"BenchmarkDRASock/reference-8-parallel-callers-2 200 1 ns/op 300 cycles/s\n"+
 			"BenchmarkDRASock/8-claims-one-call-2 200 1 ns/op 9.5 prepare-p50-ms 30 prepare-p99-ms\n"+
+			"BenchmarkDRASock/8-gpu-claim-2 200 1 ns/op 6.3 prepare-p50-ms 9.0 prepare-p99-ms\n"+
+			"BenchmarkDRASock/reference-8-gpu-claim-2 200 1 ns/op 4.3 prepare-p50-ms 9.1 prepare-p99-ms\n"+
 			"BenchmarkDRASock/plugin-memory-2 1 1 ns/op 47.0 rss-idle-MiB 11.0 rss-nvml-sim-MiB 36.0 rss-idle-less-nvml-sim-MiB\n"+
 			"BenchmarkDRASock/reference-plugin-memory-2 1 1 ns/op 42.0 rss-idle-MiB 42.0 rss-idle-less-nvml-sim-MiB\n"), res))
 	rows := map[string]SideRow{}
@@ -144,6 +146,11 @@ func TestSideBySideWithReference(t *testing.T) {
 	one := rows["prepare, 1 claim (ms, p50 / p99)"]
 	require.Equal(t, "3.00 / 5.50", one.Measured)
 	require.Equal(t, ptr(true), one.Behind, "the target is on the p99: 6.0 behind 5.5, although the p50 leads")
+	gpus := rows["prepare, 8-GPU claim (ms, p50 / p99)"]
+	require.Equal(t, "6.30 / 9.00", gpus.Gpudra)
+	require.Equal(t, "4.30 / 9.10", gpus.Measured)
+	require.Equal(t, ptr(true), gpus.Behind, "behind on the p50 is behind, although the p99 leads")
+	require.Nil(t, gpus.Met, "no target")
 	par := rows["8 parallel callers (prepare+unprepare/s)"]
 	require.Equal(t, "300", par.Measured)
 	require.Equal(t, ptr(false), par.Behind, "more cycles per second is ahead")
