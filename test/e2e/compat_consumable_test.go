@@ -82,8 +82,9 @@ func TestNVIDIAConsumableShares(t *testing.T) {
 	t.Run("count", func(t *testing.T) {
 		install(t, "4")
 		ns := namespace(t)
-		applyYAML(t, ns, pinnedTo(t, nvidiaManifest(t, "consumable-shares.yaml"), node))
-		for _, s := range sharesOfOneGPU(t, ns, node, waitDeployment(t, ns, "app=consumable-shares", 4)) {
+		// Four shares fill the GPU: one at a time (applySharesOneByOne).
+		pods := applySharesOneByOne(t, ns, pinnedTo(t, nvidiaManifest(t, "consumable-shares.yaml"), node), "consumable-shares", "app=consumable-shares", 4)
+		for _, s := range sharesOfOneGPU(t, ns, node, pods) {
 			assertConsumed(t, s.result, "shares", "1")
 			assertConsumed(t, s.result, "memory", "0")
 		}

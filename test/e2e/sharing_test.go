@@ -247,7 +247,12 @@ func TestConsumableSharesFillOneGPU(t *testing.T) {
 	clusterCmd(t, "add-node", node+"="+filepath.Join(repoRoot, "test", "localcluster", "profiles", "h100x1.yaml"), "--gpu-sharing=consumable", "--mig=static")
 	t.Cleanup(func() { clusterCmd(t, "remove-node", node) })
 	ns := namespace(t)
-	pods := applySharesOneByOne(t, ns, spec("12-consumable-shares.yaml"), "gpu-shares", "app=gpu-shares", 4)
+	data, err := os.ReadFile(spec("12-consumable-shares.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.ReplaceAll(string(data), "namespace: demo", "namespace: "+ns)
+	pods := applySharesOneByOne(t, ns, manifest, "gpu-shares", "app=gpu-shares", 4)
 	var uuid string
 	for _, p := range pods {
 		if p.Spec.NodeName != node {
@@ -274,7 +279,7 @@ func TestConsumableSharesFillOneGPU(t *testing.T) {
 	assertNextReplicaPending(t, ns, "gpu-shares", "app=gpu-shares", 4)
 }
 
-// applySharesOneByOne applies a demo spec whose Deployment of n replicas
+// applySharesOneByOne applies a manifest whose Deployment of n replicas
 // fills one GPU with shares, one replica at a time: each scale-up waits for
 // the replicas before it to run. kube-scheduler v1.37.1 counts a share's
 // consumed capacity twice while its claim is both written (assumed) and
@@ -286,16 +291,11 @@ func TestConsumableSharesFillOneGPU(t *testing.T) {
 // unschedulable pods. That made this test fail once in CI (2026-11-29: three
 // of four shares Running, the fourth "cannot allocate all claims" for three
 // minutes). Shares that do not fill the GPU are not affected.
-func applySharesOneByOne(t *testing.T, ns, path, deployment, selector string, n int) []v1.Pod {
+func applySharesOneByOne(t *testing.T, ns, manifest, deployment, selector string, n int) []v1.Pod {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest := strings.ReplaceAll(string(data), "namespace: demo", "namespace: "+ns)
 	want := "replicas: " + strconv.Itoa(n)
 	if strings.Count(manifest, want) != 1 {
-		t.Fatalf("%s: want exactly one %q", path, want)
+		t.Fatalf("the manifest of %s: want exactly one %q", deployment, want)
 	}
 	applyYAML(t, ns, strings.Replace(manifest, want, "replicas: 1", 1))
 	pods := waitDeployment(t, ns, selector, 1)
