@@ -87,37 +87,37 @@ func BuildSideBySide(res Results) []SideRow {
 	rows := make([]SideRow, 0, len(sideBySide))
 	for _, s := range sideBySide {
 		row := SideRow{Figure: s.figure, Shipped: s.shipped, Lifted: s.lifted}
-		var v, checked float64
-		ok := false
+		var p50, p99 float64
+		var checked float64 // the figure the target is on
+		ok, has99 := false, false
 		if s.ratioOf != nil {
 			a, okA := s.ratioOf[0].of(res)
 			b, okB := s.ratioOf[1].of(res)
 			if ok = okA && okB && b != 0; ok {
-				v = a / b
-				row.Gpudra = fmt.Sprintf("%.3f", v)
+				checked = a / b
+				row.Gpudra = fmt.Sprintf("%.3f", checked)
 			}
-		} else if v, ok = s.p50.of(res); ok {
-			row.Gpudra = format(v)
-			if p99, ok99 := s.p99.of(res); ok99 {
+		} else if p50, ok = s.p50.of(res); ok {
+			checked = p50
+			row.Gpudra = format(p50)
+			if p99, has99 = s.p99.of(res); has99 {
 				row.Gpudra += " / " + format(p99)
 				if s.targetOn99 {
-					v = p99
+					checked = p99
 				}
 			}
 		}
-		checked = v
 		if ok && s.ratioOf == nil {
 			if r, okR := s.p50.reference().of(res); okR {
 				row.Measured = format(r)
 				// Behind on either figure of a p50 / p99 pair is behind.
-				p50, _ := s.p50.of(res)
 				behind := p50 > r
 				if s.atLeast != 0 {
 					behind = p50 < r
 				}
 				if r99, ok99 := s.p99.reference().of(res); ok99 {
 					row.Measured += " / " + format(r99)
-					if p99, okP99 := s.p99.of(res); okP99 && p99 > r99 {
+					if has99 && p99 > r99 {
 						behind = true
 					}
 				}

@@ -66,11 +66,17 @@ func namespace(t testing.TB) string {
 // applySpec applies a demo spec into ns (its objects say namespace: demo).
 func applySpec(t *testing.T, ns, path string) {
 	t.Helper()
+	applyYAML(t, ns, specManifest(t, ns, path))
+}
+
+// specManifest returns a demo spec with its objects moved into ns.
+func specManifest(t *testing.T, ns, path string) string {
+	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	applyYAML(t, ns, strings.ReplaceAll(string(data), "namespace: demo", "namespace: "+ns))
+	return strings.ReplaceAll(string(data), "namespace: demo", "namespace: "+ns)
 }
 
 func applyYAML(t testing.TB, ns, manifest string) {

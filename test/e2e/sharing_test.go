@@ -247,12 +247,7 @@ func TestConsumableSharesFillOneGPU(t *testing.T) {
 	clusterCmd(t, "add-node", node+"="+filepath.Join(repoRoot, "test", "localcluster", "profiles", "h100x1.yaml"), "--gpu-sharing=consumable", "--mig=static")
 	t.Cleanup(func() { clusterCmd(t, "remove-node", node) })
 	ns := namespace(t)
-	data, err := os.ReadFile(spec("12-consumable-shares.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest := strings.ReplaceAll(string(data), "namespace: demo", "namespace: "+ns)
-	pods := applySharesOneByOne(t, ns, manifest, "gpu-shares", "app=gpu-shares", 4)
+	pods := applySharesOneByOne(t, ns, specManifest(t, ns, spec("12-consumable-shares.yaml")), "gpu-shares", "app=gpu-shares", 4)
 	var uuid string
 	for _, p := range pods {
 		if p.Spec.NodeName != node {
