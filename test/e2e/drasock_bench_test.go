@@ -9,8 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/gpudra/gpudra/test/fakedriver"
+	"github.com/gpudra/gpudra/test/procmem"
 )
 
 // BenchmarkDRASock calls a plugin's dra.sock with the kubelet's own gRPC API,
@@ -315,68 +314,31 @@ func (p *benchPlugin) stop() {
 // procMiB reads a memory field (VmRSS: resident now, VmHWM: peak resident)
 // of a process from /proc in MiB.
 func procMiB(b *testing.B, pid int, field string) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	v, err := procmem.Status(pid, field)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb / 1024
-		}
-	}
-	b.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return v
 }
 
 // smapsRollup reads /proc/<pid>/smaps_rollup in MiB by field (Rss, Pss,
 // Pss_Anon, Pss_File, ...).
 func smapsRollup(b *testing.B, pid int) map[string]float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	m, err := procmem.SmapsRollup(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	out := map[string]float64{}
-	for _, line := range strings.Split(string(data), "\n") {
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok || !strings.HasSuffix(rest, " kB") {
-			continue
-		}
-		if kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(rest, " kB")), 64); err == nil {
-			out[name] = kb / 1024
-		}
-	}
-	return out
+	return m
 }
 
 // mappedMiB is the resident memory (Rss) of the process's mappings of files
-// whose name contains name, from /proc/<pid>/smaps.
+// whose name contains name.
 func mappedMiB(b *testing.B, pid int, name string) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	v, err := procmem.Mapped(pid, name)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var kb float64
-	in := false
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
-			// A mapping's header: address range, perms, offset, device, inode[, path].
-			in = len(fields) >= 6 && strings.Contains(filepath.Base(fields[5]), name)
-			continue
-		}
-		if in && len(fields) == 3 && fields[0] == "Rss:" {
-			v, err := strconv.ParseFloat(fields[1], 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			kb += v
-		}
-	}
-	return kb / 1024
+	return v
 }
 
 // fakeNode creates a Node object without a kubelet (the owner of a benchmark
