@@ -10,8 +10,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpudra/gpudra/test/fakedriver"
+	"github.com/gpudra/gpudra/test/nvmlmem"
 	"github.com/gpudra/gpudra/test/sim"
 )
+
+// TestMain makes this test binary step 9's child, as the kit's binary is
+// (SelfFootprint).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == nvmlmem.Subcommand {
+		os.Exit(nvmlmem.Main(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
 
 // TestFakeDriverRoot runs the kit exactly as the binary does
 // (ForDriverRoot: libnvidia-ml.so.1 dlopened from the driver root, nvcdi
@@ -56,6 +66,13 @@ func TestFakeDriverRoot(t *testing.T) {
 	require.Contains(t, text, "driver_override readable: \"\"")
 	require.Regexp(t, `0000:1b:00.0\): IOMMU group \d+; `+regexp.QuoteMeta(root)+`/dev/vfio/\d+ `, text)
 	require.Contains(t, text, "VFIO container device: "+filepath.Join(root, "dev/vfio/vfio"))
+	// Step 9 measured the root's library in two children of this binary.
+	require.NotNil(t, rep.Memory)
+	require.Equal(t, rep.Library, rep.Memory.Library)
+	require.Equal(t, 2, rep.Memory.GPUs)
+	require.Positive(t, rep.Memory.RSS)
+	require.Positive(t, rep.Memory.Mapped)
+	require.Contains(t, text, "initialised with its 2 GPUs read, adds ")
 	// The simulated library keeps the GPUs' MIG state in the root: after the
 	// run it holds exactly the MIG devices discovered at its start.
 	st, err := sim.ReadState(filepath.Join(root, fakedriver.StateFile))

@@ -9,6 +9,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/test/fidelity"
+	"github.com/gpudra/gpudra/test/nvmlmem"
 )
 
 // Status of a report entry.
@@ -85,8 +86,10 @@ type Report struct {
 	// Fidelity is step 6: every row checked, on which GPU, and the table
 	// corrections (Observations with correction set).
 	Fidelity *fidelity.Result `json:"fidelity,omitempty"`
-	Passed   int              `json:"passed"`
-	Failed   int              `json:"failed"`
+	// Memory is step 9: what the library adds to an idle process.
+	Memory *nvmlmem.Footprint `json:"memory,omitempty"`
+	Passed int                `json:"passed"`
+	Failed int                `json:"failed"`
 }
 
 func (r *Report) section(title string) *Section {

@@ -49,8 +49,13 @@ func DefaultHookPath(flag string) string {
 func ForDriverRoot(driverRoot, hookPath string) Config {
 	// The kit runs on the host: the host sees the root where the kit does.
 	r := nvmllib.DriverRoots(driverRoot, "")
-	library, _ := nvmllib.FindLibrary(r.Driver) // not found: the first check says why
+	library, err := nvmllib.FindLibrary(r.Driver) // not found: the first check says why
+	var footprint FootprintFunc
+	if err == nil {
+		footprint = SelfFootprint(library)
+	}
 	return Config{
+		Footprint:  footprint,
 		Open:       func() (nvml.Interface, error) { return nvmllib.New(r.Driver) },
 		Library:    library,
 		Edits:      NvcdiEdits(r, hookPath),

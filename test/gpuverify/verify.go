@@ -15,7 +15,10 @@
 //  5. the plugin's telemetry sampler;
 //  6. the rows of the NVML fidelity table (docs/nvml-fidelity.md) that a
 //     GPU answers read-only: a real answer the row's real column does not
-//     name is a table correction (fidelity.go).
+//     name is a table correction (fidelity.go);
+//  7. the driver's tools as the plugin starts them (tools.go);
+//  8. the sysfs files passthrough reads (passthrough.go);
+//  9. what the node's libnvidia-ml adds to a process's memory (memory.go).
 //
 // The kit is read-only on GPU settings (see ReadOnlyStatement and guard.go).
 //
@@ -84,6 +87,9 @@ type Config struct {
 	// answer the fidelity table's real column does not name) a failed
 	// check; by default it is reported and the run does not fail on it.
 	FailOnTableCorrections bool
+	// Footprint, when set, measures what the library adds to a process's
+	// memory (step 9; ForDriverRoot sets SelfFootprint).
+	Footprint FootprintFunc
 	// WatchStarted, when set, is called once the health watch has
 	// registered for events and started the monitor (tests inject faults).
 	WatchStarted func()
@@ -143,6 +149,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if node != nil {
 		k.tools(ctx, node)
 		k.passthrough(node)
+	}
+	if k.lib != nil {
+		k.memory(ctx, node)
 	}
 	return k.r, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/plugin/cdi"
 	"github.com/gpudra/gpudra/internal/plugin/model"
+	"github.com/gpudra/gpudra/test/nvmlmem"
 	"github.com/gpudra/gpudra/test/sim"
 )
 
@@ -147,6 +148,8 @@ func TestHealthyNode(t *testing.T) {
 	// A simulated NVML's GPUs are not on this machine's PCI bus: step 8
 	// reads no sysfs for them.
 	require.Contains(t, text, "Skipped: NVML is not a driver root's (simulated (dgx-h100))")
+	require.Contains(t, text, "Skipped: NVML is not a library this kit can load in a child process (simulated (dgx-h100))")
+	require.Nil(t, rep.Memory)
 	// A claim per GPU and one with all eight, each prepared and unprepared.
 	require.Len(t, rep.Claims, 9)
 	for _, c := range rep.Claims {
@@ -283,6 +286,22 @@ func TestFailures(t *testing.T) {
 				}
 			},
 			want: []string{"create the CDI edits provider: nvcdi: no driver"},
+		},
+		{
+			name: "memory not measurable",
+			setup: func(_ *testing.T, r *simRun) {
+				r.cfg.Footprint = func(context.Context) (nvmlmem.Footprint, error) {
+					return nvmlmem.Footprint{}, errors.New("child did not become ready")
+				}
+			},
+			want: []string{"read its GPUs; another idled without it: child did not become ready"},
+		},
+		{
+			name: "memory child read other GPUs",
+			setup: func(_ *testing.T, r *simRun) {
+				r.cfg.Footprint = func(context.Context) (nvmlmem.Footprint, error) { return nvmlmem.Footprint{GPUs: 1}, nil }
+			},
+			want: []string{"the child read 1 GPUs, discovery 2"},
 		},
 	}
 	for _, tc := range tests {

@@ -2,7 +2,9 @@
 // machine with NVIDIA GPUs, read-only on GPU settings: NVML and discovery,
 // the ResourceSlice, prepare/unprepare of whole-GPU claims with the node's
 // real CDI edits, the generated CDI specs, GPU health events and probes,
-// telemetry, and the rows of the NVML fidelity table a GPU answers read-only.
+// telemetry, the rows of the NVML fidelity table a GPU answers read-only, the
+// driver's tools, passthrough's sysfs files and what NVML adds to a process's
+// memory.
 // See test/gpuverify. Build it with `make gpu-verify`; the exit status is 0
 // only when every check passed.
 package main
@@ -21,9 +23,16 @@ import (
 
 	"github.com/gpudra/gpudra/api/v1alpha1"
 	"github.com/gpudra/gpudra/test/gpuverify"
+	"github.com/gpudra/gpudra/test/nvmlmem"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	// Step 9's child processes are this program (gpuverify.SelfFootprint).
+	if len(os.Args) > 1 && os.Args[1] == nvmlmem.Subcommand {
+		os.Exit(nvmlmem.Main(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gpudra-gpu-verify", flag.ContinueOnError)
