@@ -4,8 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,8 +79,7 @@ func TestFabricRegistration(t *testing.T) {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			e.o.healthListener = l
-			faults := filepath.Join(e.o.NvidiaDriverRoot, fakedriver.FaultFile)
-			require.NoError(t, os.WriteFile(faults, []byte(tc.steps[0]), 0o644))
+			require.NoError(t, fakedriver.WriteFaults(e.o.NvidiaDriverRoot, tc.steps[0]))
 
 			type started struct {
 				p   *Plugin
@@ -96,7 +93,7 @@ func TestFabricRegistration(t *testing.T) {
 			readyz := "http://" + l.Addr().String() + "/readyz"
 			for i, step := range tc.steps {
 				if i > 0 {
-					require.NoError(t, os.WriteFile(faults, []byte(step), 0o644))
+					require.NoError(t, fakedriver.WriteFaults(e.o.NvidiaDriverRoot, step))
 				}
 				if i == len(tc.steps)-1 {
 					break
@@ -270,15 +267,14 @@ func TestFabricWatch(t *testing.T) {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			e.o.healthListener = l
-			faults := filepath.Join(e.o.NvidiaDriverRoot, fakedriver.FaultFile)
-			require.NoError(t, os.WriteFile(faults, []byte(tc.steps[0].faults), 0o644))
+			require.NoError(t, fakedriver.WriteFaults(e.o.NvidiaDriverRoot, tc.steps[0].faults))
 			p := e.start(t, ctx, cancel)
 			defer p.Stop()
 			readyz := "http://" + l.Addr().String() + "/readyz"
 			var c1 *drapb.Claim
 			for i, step := range tc.steps {
 				if i > 0 {
-					require.NoError(t, os.WriteFile(faults, []byte(step.faults), 0o644))
+					require.NoError(t, fakedriver.WriteFaults(e.o.NvidiaDriverRoot, step.faults))
 				}
 				e.waitDevices(t, ctx, i, step)
 				reason := func(body string) bool {
