@@ -5,8 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -34,12 +34,17 @@ type Server struct {
 
 	// mu guards refcount and the mutable state of all devices: MIG mode,
 	// compute mode, GPU and compute instances. One lock keeps the lock order
-	// trivial; the simulator is not performance-critical.
-	mu       sync.Mutex
+	// trivial; the simulator is not performance-critical. With a state file
+	// it also locks that file and takes in other processes' changes
+	// (statesync.go).
+	mu       stateMu
 	refcount int
 	// stateFile, when set, receives the MIG state after every change (see
-	// PersistTo). Guarded by mu.
+	// PersistTo); lockFile serializes the processes that share it, and
+	// fileID is the version this server last read or wrote. Guarded by mu.
 	stateFile string
+	lockFile  *os.File
+	fileID    fileID
 
 	// faults is the simulated fault state (faults.go); it has its own lock.
 	faults *faultBook
@@ -61,6 +66,7 @@ var (
 // Shutdown. p must come from Parse or Load and must not be modified.
 func NewServer(p *Profile, nodeName string) *Server {
 	s := &Server{profile: p, nodeName: nodeName, clock: time.Now}
+	s.mu.s = s
 	s.procs.now = func() time.Time { return s.clock() }
 	for i := range p.GPUs {
 		s.devices = append(s.devices, newDevice(s, &p.GPUs[i]))

@@ -11,14 +11,17 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpudra/gpudra/internal/shared/atomicfile"
 )
 
 // A real GPU keeps its MIG mode and MIG instances when the process that
 // created them exits; only a reboot (or a GPU reset) clears them. A
 // simulated GPU lives in the plugin's memory, so PersistTo keeps its MIG
-// state in a file: a restarted plugin finds the MIG devices it left, and
-// tools (gpu-kubelet-plugin inspect, e2e tests) can look at them.
+// state in a file: a restarted plugin finds the MIG devices it left, tools
+// (gpu-kubelet-plugin inspect, e2e tests) can look at them, and processes
+// running side by side see each other's changes (statesync.go).
 
 // State is the persisted MIG state of a simulated node.
 type State struct {
@@ -71,25 +74,44 @@ func ReadState(path string) (*State, error) {
 	return &st, nil
 }
 
-// PersistTo keeps the server's MIG state in path. If the file exists, the
+// PersistTo keeps the server's MIG state in path, shared with every other
+// server (process) persisting to it (statesync.go). If the file exists, the
 // server takes its state from it (replacing the profile's initial MIG
 // devices), as a restarted process finds a real GPU's MIG configuration;
 // otherwise the current state is written. Call it before the server is
 // shared between goroutines.
 func (s *Server) PersistTo(path string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.loadLocked(path)
-	s.stateFile = path
+	if path == "" {
+		return errors.New("simulated NVML state: no file named")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return fmt.Errorf("simulated NVML state: %w", err)
+	}
+	f, err := openLockFile(path)
+	if err != nil {
+		return err
+	}
+	s.mu.mu.Lock()
+	defer s.mu.mu.Unlock()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("simulated NVML state lock: %w", err)
+	}
+	defer func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN) }()
+	id, err := statID(path)
+	if err == nil {
+		err = s.loadLocked(path)
+	}
 	switch {
 	case err == nil:
-		// Nothing changed: writing would only race with the other
-		// processes that simulate the same GPUs (a plugin and inspect).
+		// Nothing changed: nothing to write.
+		s.stateFile, s.lockFile, s.fileID = path, f, id
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
+		s.stateFile, s.lockFile = path, f
 		return s.saveLocked()
 	default:
-		s.stateFile = ""
+		_ = f.Close()
 		return err
 	}
 }
@@ -99,65 +121,8 @@ func (s *Server) loadLocked(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.restoreLocked(st); err != nil {
+	if err := s.mergeLocked(st); err != nil {
 		return fmt.Errorf("simulated NVML state %s: %w; remove the file to start from the profile", path, err)
-	}
-	return nil
-}
-
-func (s *Server) restoreLocked(st *State) error {
-	if st.Node != s.nodeName || st.Profile != s.profile.Name || len(st.GPUs) != len(s.devices) {
-		return fmt.Errorf("written for node %q, profile %q with %d GPUs, not node %q, profile %q with %d GPUs",
-			st.Node, st.Profile, len(st.GPUs), s.nodeName, s.profile.Name, len(s.devices))
-	}
-	for i, g := range st.GPUs {
-		d := s.devices[i]
-		if g.UUID != d.uuid {
-			return fmt.Errorf("GPU %d: UUID %s, the server has %s", i, g.UUID, d.uuid)
-		}
-		d.gis = map[uint32]*gpuInstance{}
-		d.migMode = nvml.DEVICE_MIG_DISABLE
-		if g.MIGEnabled {
-			d.migMode = nvml.DEVICE_MIG_ENABLE
-		}
-		d.migPending = d.migMode
-		if g.MIGPendingEnabled != nil {
-			d.migPending = migModeOf(*g.MIGPendingEnabled)
-		}
-		d.migCounter = g.MIGCounter
-		d.computeMode = nvml.ComputeMode(g.ComputeMode)
-		if len(g.GPUInstances) > 0 && d.model().MIG == nil {
-			return fmt.Errorf("GPU %d is not MIG-capable but has GPU instances", i)
-		}
-		for _, gs := range g.GPUInstances {
-			p, ok := d.model().MIG.GPUInstanceProfileByName(gs.Profile)
-			if !ok {
-				return fmt.Errorf("GPU %d: unknown GPU instance profile %q", i, gs.Profile)
-			}
-			gi, ret := d.createGpuInstanceLocked(p, &nvml.GpuInstancePlacement{Start: uint32(gs.Start), Size: uint32(p.PlacementSize)})
-			if ret != nvml.SUCCESS || gi.info.Id != gs.ID {
-				return fmt.Errorf("GPU %d: cannot restore GPU instance %d (%s at %d): %w", i, gs.ID, gs.Profile, gs.Start, ret)
-			}
-			for _, cs := range gs.ComputeInstances {
-				cp, ok := computeProfile(d.model().MIG, p, cs.NVMLProfile)
-				if !ok {
-					return fmt.Errorf("GPU %d GPU instance %d: unknown compute instance profile %d", i, gs.ID, cs.NVMLProfile)
-				}
-				ci, ret := gi.createComputeInstanceLocked(cp, &nvml.ComputeInstancePlacement{Start: uint32(cs.Start), Size: uint32(cp.slices)})
-				if ret != nvml.SUCCESS {
-					return fmt.Errorf("GPU %d GPU instance %d: cannot restore compute instance %d: %w", i, gs.ID, cs.ID, ret)
-				}
-				delete(gi.cis, ci.info.Id)
-				ci.info.Id = cs.ID
-				gi.cis[cs.ID] = ci
-				ci.mig.uuid = cs.UUID
-			}
-		}
-		d.migPending = d.migMode
-		if g.MIGPendingEnabled != nil {
-			d.migPending = migModeOf(*g.MIGPendingEnabled)
-		}
-		d.migCounter = g.MIGCounter
 	}
 	return nil
 }
@@ -195,11 +160,12 @@ func (s *Server) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(s.stateFile), 0o750); err != nil {
-		return fmt.Errorf("write simulated NVML state: %w", err)
-	}
 	if err := atomicfile.WriteFile(s.stateFile, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write simulated NVML state: %w", err)
+	}
+	// This version is this server's own: no need to read it again.
+	if id, err := statID(s.stateFile); err == nil {
+		s.fileID = id
 	}
 	return nil
 }
