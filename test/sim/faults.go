@@ -359,13 +359,8 @@ func (s *Server) Reset(gpuUUID string) error {
 		s.persistLocked()
 	}
 	if len(d.gis) > 0 {
-		for id, gi := range d.gis {
-			for cid, ci := range gi.cis {
-				ci.destroyed = true
-				delete(gi.cis, cid)
-			}
-			gi.destroyed = true
-			delete(d.gis, id)
+		for _, gi := range d.gis {
+			gi.destroyLocked()
 		}
 		s.persistLocked()
 	}

@@ -187,8 +187,7 @@ func (gi *gpuInstance) setFuncs() {
 		case len(gi.cis) > 0:
 			return nvml.ERROR_IN_USE // destroy its compute instances first
 		}
-		gi.destroyed = true
-		delete(gi.dev.gis, gi.info.Id)
+		gi.destroyLocked()
 		gi.dev.srv.persistLocked()
 		return nvml.SUCCESS
 	}
@@ -338,9 +337,25 @@ func (ci *computeInstance) setFuncs() {
 		if ci.destroyed {
 			return nvml.ERROR_INVALID_ARGUMENT
 		}
-		ci.destroyed = true
-		delete(ci.gi.cis, ci.info.Id)
+		ci.destroyLocked()
 		ci.gi.dev.srv.persistLocked()
 		return nvml.SUCCESS
 	}
+}
+
+// destroyLocked destroys gi and its compute instances (Destroy, a GPU
+// reset, or another process's change): their handles answer as destroyed
+// from now on.
+func (gi *gpuInstance) destroyLocked() {
+	for _, ci := range gi.cis {
+		ci.destroyLocked()
+	}
+	gi.destroyed = true
+	delete(gi.dev.gis, gi.info.Id)
+}
+
+// destroyLocked destroys ci: its handles answer as destroyed from now on.
+func (ci *computeInstance) destroyLocked() {
+	ci.destroyed = true
+	delete(ci.gi.cis, ci.info.Id)
 }

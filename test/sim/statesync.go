@@ -189,18 +189,7 @@ func (gi *gpuInstance) dropComputeInstancesLocked(want []CompInstState) {
 	for id, ci := range gi.cis {
 		cs, ok := keep[id]
 		if !ok || cs.NVMLProfile != ci.prof.nvmlProfile || cs.Start != int(ci.info.Placement.Start) || cs.UUID != ci.mig.uuid {
-			ci.destroyed = true
-			delete(gi.cis, id)
+			ci.destroyLocked()
 		}
 	}
-}
-
-// destroyLocked destroys gi and its compute instances.
-func (gi *gpuInstance) destroyLocked() {
-	for id, ci := range gi.cis {
-		ci.destroyed = true
-		delete(gi.cis, id)
-	}
-	gi.destroyed = true
-	delete(gi.dev.gis, gi.info.Id)
 }
