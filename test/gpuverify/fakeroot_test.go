@@ -17,9 +17,7 @@ import (
 // TestMain makes this test binary step 9's child, as the kit's binary is
 // (SelfFootprint).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == nvmlmem.Subcommand {
-		os.Exit(nvmlmem.Main(os.Args[2:], os.Stdout, os.Stderr))
-	}
+	nvmlmem.RunChild()
 	os.Exit(m.Run())
 }
 

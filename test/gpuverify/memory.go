@@ -2,8 +2,6 @@ package gpuverify
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"time"
 
 	"github.com/gpudra/gpudra/internal/plugin/model"
@@ -22,20 +20,15 @@ type FootprintFunc func(ctx context.Context) (nvmlmem.Footprint, error)
 const footprintSettle = 2 * time.Second
 
 // SelfFootprint measures library with children of this program, which must
-// run nvmlmem.Main when its first argument is nvmlmem.Subcommand (the kit's
-// main does; so do this package's tests).
+// call nvmlmem.RunChild first (the kit's main does; so do this package's
+// tests).
 func SelfFootprint(library string) FootprintFunc {
 	return func(ctx context.Context) (nvmlmem.Footprint, error) {
-		exe, err := os.Executable()
+		cmd, err := nvmlmem.SelfCommand(ctx)
 		if err != nil {
 			return nvmlmem.Footprint{}, err
 		}
-		return nvmlmem.Measure(ctx, library, nvmlmem.Options{
-			Command: func(args ...string) *exec.Cmd {
-				return exec.CommandContext(ctx, exe, append([]string{nvmlmem.Subcommand}, args...)...)
-			},
-			Settle: footprintSettle,
-		})
+		return nvmlmem.Measure(ctx, library, nvmlmem.Options{Command: cmd, Settle: footprintSettle})
 	}
 }
 

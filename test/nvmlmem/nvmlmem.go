@@ -37,6 +37,27 @@ const Subcommand = "nvml-idle"
 // by the number of GPUs it read.
 const readyPrefix = "ready gpus="
 
+// RunChild runs Main and exits when this program was started as Measure's
+// child (first argument Subcommand); otherwise it returns. Programs measured
+// through SelfCommand (the kit, and tests) call it first.
+func RunChild() {
+	if len(os.Args) > 1 && os.Args[1] == Subcommand {
+		os.Exit(Main(os.Args[2:], os.Stdout, os.Stderr))
+	}
+}
+
+// SelfCommand is an Options.Command that starts this program as the child;
+// the program must call RunChild first.
+func SelfCommand(ctx context.Context) (func(args ...string) *exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return func(args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, exe, append([]string{Subcommand}, args...)...)
+	}, nil
+}
+
 // Main is the child: with -library it loads and initialises that
 // libnvidia-ml and reads its GPUs; without, it only idles. It prints
 // "ready gpus=<n>" once done and waits for SIGTERM or SIGINT.

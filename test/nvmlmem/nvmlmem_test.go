@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,18 +16,14 @@ import (
 
 // TestMain makes this test binary the child, as the kit's binary is.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == Subcommand {
-		os.Exit(Main(os.Args[2:], os.Stdout, os.Stderr))
-	}
+	RunChild()
 	os.Exit(m.Run())
 }
 
 func selfOptions(t *testing.T) Options {
-	exe, err := os.Executable()
+	cmd, err := SelfCommand(context.Background())
 	require.NoError(t, err)
-	return Options{Command: func(args ...string) *exec.Cmd {
-		return exec.Command(exe, append([]string{Subcommand}, args...)...)
-	}, Settle: 200 * time.Millisecond}
+	return Options{Command: cmd, Settle: 200 * time.Millisecond}
 }
 
 // TestMeasureSimulatedLibrary measures the simulated libnvidia-ml of a fake

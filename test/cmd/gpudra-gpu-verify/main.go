@@ -28,9 +28,7 @@ import (
 
 func main() {
 	// Step 9's child processes are this program (gpuverify.SelfFootprint).
-	if len(os.Args) > 1 && os.Args[1] == nvmlmem.Subcommand {
-		os.Exit(nvmlmem.Main(os.Args[2:], os.Stdout, os.Stderr))
-	}
+	nvmlmem.RunChild()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
