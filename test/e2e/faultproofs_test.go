@@ -111,6 +111,7 @@ spec:
 // probe reads back, and without the XID taint. Clearing the fault (the GPU
 // reset) removes the taints.
 func TestFatalTaintAfterPluginRestart(t *testing.T) {
+	keepFailure(t)
 	const node, gpu = "gpu-h100", "gpu-6"
 	for _, d := range sliceDeviceTaints(t, node) {
 		if d.Name == gpu && len(d.Taints) > 0 {

@@ -100,6 +100,7 @@ spec:
 // TestHealthIgnoredXID injects an application XID: the plugin counts it as
 // ignored, and nothing is tainted.
 func TestHealthIgnoredXID(t *testing.T) {
+	keepFailure(t)
 	t.Cleanup(func() { clearFaults(t, "gpu-h100") })
 	before := metricValue(t, "gpu-h100", `gpudra_plugin_health_events_total{action="ignored",type="xid",xid="13"}`)
 	clusterCmd(t, "inject-fault", "gpu-h100", "gpu-5", "xid", "13")

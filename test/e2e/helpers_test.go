@@ -60,6 +60,9 @@ func namespace(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("default ServiceAccount in %s never appeared: %v", name, err)
 	}
+	// Registered after the namespace's deletion, so it runs before it:
+	// the failure's pods are still there.
+	keepFailure(t)
 	return name
 }
 

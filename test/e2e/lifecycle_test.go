@@ -102,6 +102,7 @@ func TestPluginRestartKeepsClaimsAndServesNewOnes(t *testing.T) {
 }
 
 func TestPluginComesBackAndRepublishesSlice(t *testing.T) {
+	keepFailure(t)
 	clusterCmd(t, "stop-plugin", "gpu-mixed")
 	// Lose the slice while the plugin is down (as if an admin deleted it).
 	if out, err := kubectl("delete", "resourceslices", "--field-selector", "spec.nodeName=gpu-mixed"); err != nil {

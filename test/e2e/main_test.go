@@ -11,6 +11,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -59,7 +60,19 @@ func run(m *testing.M) int {
 	}
 	cfg.QPS, cfg.Burst = 100, 200
 	client = kubernetes.NewForConfigOrDie(cfg)
-	return m.Run()
+	// Benchmarks measure the cluster: no log streams beside them.
+	flag.Parse()
+	if realCluster == nil || apiserverOnly || flag.Lookup("test.bench").Value.String() != "" {
+		return m.Run()
+	}
+	stop, err := startArtifacts()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	stop(code != 0)
+	return code
 }
 
 func upRealCluster() (func(), error) {

@@ -39,6 +39,7 @@ const cellTimeout = 3 * time.Minute
 const notebookLabel = "gpudra.io/notebook"
 
 func TestNotebooks(t *testing.T) {
+	keepFailure(t)
 	paths, err := filepath.Glob(filepath.Join(repoRoot, "demo", "notebooks", "*.ipynb"))
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no notebooks in demo/notebooks (%v)", err)
@@ -335,6 +336,7 @@ func (sh *shell) kill() {
 // carries over between cells, any failing command fails its cell, and a
 // cell that hangs is stopped.
 func TestNotebookShell(t *testing.T) {
+	keepFailure(t)
 	sh, err := startShell(t.TempDir(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 // decision counter keeps its known kind labels (they count as "other")
 // instead of a series, and its memory, per kind.
 func TestWebhookHostileKinds(t *testing.T) {
+	keepFailure(t)
 	lockControllerTests(t)
 	pod := runningControllerPod(t)
 	webhookURL := fmt.Sprintf("https://%s:%d%s", pod.Status.PodIP, containerPort(t, pod, "webhook"), webhook.Path)
