@@ -57,12 +57,19 @@ func TestKeeper(t *testing.T) {
 	if err := cs.CoreV1().Pods("gpudra-system").Delete(ctx, "plugin-x", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The streams stop a little after the pod is gone.
-	time.Sleep(gone + 100*time.Millisecond)
-	before := lines(dir, "plugin-x_plugin.log")
-	time.Sleep(100 * time.Millisecond)
-	if after := lines(dir, "plugin-x_plugin.log"); after != before {
-		t.Errorf("the deleted pod's log still grows: %d lines, then %d", before, after)
+	// The streams stop a little after the pod is gone: the log stops
+	// growing (each open of the fake log adds a line every 10 ms while a
+	// stream lives). Polled, not timed: a slow machine only waits longer.
+	deleted := time.Now()
+	for deadline := deleted.Add(gone + 10*time.Second); ; {
+		before := lines(dir, "plugin-x_plugin.log")
+		time.Sleep(100 * time.Millisecond)
+		if lines(dir, "plugin-x_plugin.log") == before && time.Since(deleted) > gone+100*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted pod's log still grows %v after the deletion", time.Since(deleted))
+		}
 	}
 	names, _ := filepath.Glob(filepath.Join(dir, "*"))
 	for i := range names {
