@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -33,8 +34,7 @@ type Keeper struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	follows map[string]context.CancelFunc // by pod UID and container
-	byPod   map[string][]string           // pod UID -> keys of follows
+	follows map[types.UID]map[string]context.CancelFunc // by pod and container
 	wg      sync.WaitGroup
 }
 
@@ -51,7 +51,7 @@ func start(ctx context.Context, cs kubernetes.Interface, ns, dir string, open fu
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	k := &Keeper{dir: dir, cs: cs, ns: ns, retry: retry, ctx: ctx, cancel: cancel,
-		follows: map[string]context.CancelFunc{}, byPod: map[string][]string{}}
+		follows: map[types.UID]map[string]context.CancelFunc{}}
 	k.open = open
 	if k.open == nil {
 		k.open = k.apiOpener
@@ -114,15 +114,16 @@ func (k *Keeper) podSeen(obj any) {
 }
 
 func (k *Keeper) follow(p *corev1.Pod, container string) {
-	key := string(p.UID) + "/" + container
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if _, ok := k.follows[key]; ok || k.ctx.Err() != nil {
+	if _, ok := k.follows[p.UID][container]; ok || k.ctx.Err() != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(k.ctx)
-	k.follows[key] = cancel
-	k.byPod[string(p.UID)] = append(k.byPod[string(p.UID)], key)
+	if k.follows[p.UID] == nil {
+		k.follows[p.UID] = map[string]context.CancelFunc{}
+	}
+	k.follows[p.UID][container] = cancel
 	path := filepath.Join(k.dir, p.Name+"_"+container+".log")
 	name := p.Name
 	k.wg.Add(1)
@@ -154,13 +155,8 @@ func (k *Keeper) apiOpener(pod, container string) Opener {
 // last lines.
 func (k *Keeper) podGone(p *corev1.Pod) {
 	k.mu.Lock()
-	keys := k.byPod[string(p.UID)]
-	delete(k.byPod, string(p.UID))
-	var cancels []context.CancelFunc
-	for _, key := range keys {
-		cancels = append(cancels, k.follows[key])
-		delete(k.follows, key)
-	}
+	cancels := k.follows[p.UID]
+	delete(k.follows, p.UID)
 	k.mu.Unlock()
 	for _, c := range cancels {
 		time.AfterFunc(gone, c)
