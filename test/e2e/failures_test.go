@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +29,6 @@ import (
 var (
 	runArtifacts string
 	podLogs      *e2elogs.Keeper
-	failureOnce  sync.Map // test name -> struct{}
 )
 
 const (
@@ -73,20 +71,11 @@ func pruneRuns(root string) {
 }
 
 // keepFailure makes t, if it fails, leave its diagnosis (above). The window
-// starts now; each test registers once.
+// starts at the first call.
 func keepFailure(t testing.TB) {
-	if podLogs == nil {
-		return
+	if podLogs != nil {
+		e2elogs.OnFailure(t, diagnoseFailure)
 	}
-	if _, seen := failureOnce.LoadOrStore(t.Name(), struct{}{}); seen {
-		return
-	}
-	start := time.Now()
-	t.Cleanup(func() {
-		if t.Failed() {
-			diagnoseFailure(t, start)
-		}
-	})
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
@@ -124,11 +113,11 @@ func diagnoseFailure(t testing.TB, start time.Time) {
 			fmt.Fprintf(&out, "\n(%d more driver logs in %s)", len(pods)-i, filepath.Join(dir, "pods"))
 			break
 		}
-		lines, err := e2elogs.Tail(filepath.Join(dir, "pods", p.Name), excerptLines)
+		b, err := os.ReadFile(filepath.Join(dir, "pods", p.Name))
 		if err != nil {
 			continue
 		}
-		fmt.Fprintf(&out, "\n--- %s: the last %d of %d lines in the window\n%s", p.Name, len(lines), p.Lines, strings.Join(lines, "\n"))
+		fmt.Fprintf(&out, "\n--- %s: the last %d of %d lines in the window\n%s", p.Name, min(excerptLines, p.Lines), p.Lines, e2elogs.Tail(string(b), excerptLines))
 	}
 	t.Log(out.String())
 }

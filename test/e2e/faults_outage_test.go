@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/gpudra/gpudra/test/e2elogs"
 )
 
 // testCorruptCheckpoint truncates the record of a running pod's claim and
@@ -65,7 +67,7 @@ func testCorruptCheckpoint(t *testing.T, ns string) {
 		return err == nil && strings.Contains(log, inPod), nil
 	})
 	if err != nil {
-		t.Fatalf("the plugin did not refuse to start over the truncated %s (%v); its last log:\n%s", inPod, err, tail(log, 20))
+		t.Fatalf("the plugin did not refuse to start over the truncated %s (%v); its last log:\n%s", inPod, err, e2elogs.Tail(log, 20))
 	}
 	t.Logf("refused to start: %s", lastLine(log, inPod))
 	if err := os.WriteFile(record, good, 0o600); err != nil {
@@ -203,7 +205,7 @@ func testRollingUpdate(t *testing.T, ns string) {
 		t.Fatal(err)
 	}
 	if n := strings.Count(string(raw), `"Prepared claim"`); n < 8 {
-		t.Errorf("the new pod prepared %d claims, fewer than the last round's 8; its log:\n%s", n, tail(string(raw), 30))
+		t.Errorf("the new pod prepared %d claims, fewer than the last round's 8; its log:\n%s", n, e2elogs.Tail(string(raw), 30))
 	}
 	events, err := client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=FailedPrepareDynamicResources"})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpudra/gpudra/internal/plugin/failpoint"
+	"github.com/gpudra/gpudra/test/e2elogs"
 )
 
 // kubeletDeadline is how long the kubelet waits for NodePrepareResources
@@ -165,7 +166,7 @@ spec:
 		recovered = recovered || strings.Contains(line, "Rolling back interrupted claim") && strings.Contains(line, uid)
 	}
 	if !recovered {
-		t.Errorf("the restarted plugin's log does not show the start-up rollback of claim %s; its log:\n%s", uid, tail(string(raw), 20))
+		t.Errorf("the restarted plugin's log does not show the start-up rollback of claim %s; its log:\n%s", uid, e2elogs.Tail(string(raw), 20))
 	}
 	if err := client.ResourceV1().ResourceClaims(ns).Delete(context.Background(), "two-long", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err) // it would keep two of the node's GPUs allocated

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/plugin/checkpoint"
 	"github.com/gpudra/gpudra/internal/plugin/failpoint"
+	"github.com/gpudra/gpudra/test/e2elogs"
 )
 
 // The fault suite (make test-faults; build tags e2e,faults; the containerd
@@ -187,13 +188,8 @@ func waitAllRunning(t *testing.T, ns string, names []string, timeout time.Durati
 	})
 	if err != nil {
 		events, _ := kubectl("-n", ns, "get", "events", "--sort-by=.lastTimestamp")
-		t.Fatalf("pods not Running within %v: %s\n%s", timeout, last, tail(events, 40))
+		t.Fatalf("pods not Running within %v: %s\n%s", timeout, last, e2elogs.Tail(events, 40))
 	}
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(l[max(0, len(l)-lines):], "\n")
 }
 
 // records reads the node's checkpoint records of this boot as the plugin

@@ -65,15 +65,8 @@ func copyWindowFile(dst, src string, from, to time.Time) (int, error) {
 	return n, nil
 }
 
-// Tail is the last n lines of a file.
-func Tail(path string, n int) ([]string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return lines, nil
+// Tail is the last n lines of s, without its surrounding blank space.
+func Tail(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
 }
