@@ -81,7 +81,7 @@ func keepFailure(t testing.TB) {
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 func diagnoseFailure(t testing.TB, start time.Time) {
-	dir := filepath.Join(runArtifacts, "failures", unsafeName.ReplaceAllString(t.Name(), "_"))
+	dir := failureDir(filepath.Join(runArtifacts, "failures", unsafeName.ReplaceAllString(t.Name(), "_")))
 	from, to := start.Add(-windowSlack), time.Now().Add(windowSlack)
 	var problems []string
 	pods, err := e2elogs.CopyWindows(filepath.Join(dir, "pods"), podLogs.Dir(), from, to)
@@ -120,6 +120,18 @@ func diagnoseFailure(t testing.TB, start time.Time) {
 		fmt.Fprintf(&out, "\n--- %s: the last %d of %d lines in the window\n%s", p.Name, min(excerptLines, p.Lines), p.Lines, e2elogs.Tail(string(b), excerptLines))
 	}
 	t.Log(out.String())
+}
+
+// failureDir makes the directory of one failed run of a test: base, or
+// base-2, base-3, ... for the further runs of go test -count, so that no run
+// writes over another's files.
+func failureDir(base string) string {
+	_ = os.MkdirAll(filepath.Dir(base), 0o755)
+	dir := base
+	for i := 2; os.Mkdir(dir, 0o755) != nil && i < 1000; i++ {
+		dir = fmt.Sprintf("%s-%d", base, i)
+	}
+	return dir
 }
 
 // writeClusterState writes what the cluster holds at the failure.
